@@ -3,9 +3,10 @@
 //! Used to lower PyTorch ATen ops for XLA PJRT plugins: build a function with
 //! [`Builder`], call [`Builder::finish`], and hand the text to a plugin's
 //! compile call in the "mlir" format. Ops are printed in MLIR's generic form
-//! (`%2 = "stablehlo.add"(%0, %1) : (...) -> ...`), which every StableHLO
-//! version since 1.0 parses; CHLO ops (`chlo.erf`, ...) are accepted too,
-//! as PJRT legalizes them.
+//! (`%2 = "stablehlo.add"(%0, %1) : (...) -> ...`), which does not depend on
+//! each op's pretty syntax; the text is tested against StableHLO 1.13 (the
+//! XLA CPU plugin, PJRT API 0.81). CHLO ops (`chlo.erf`, ...) are accepted
+//! too, as PJRT legalizes them.
 //!
 //! The builder infers every result type and panics with the op name on
 //! misuse (mismatched types, out-of-range dims); lowerings check user input
