@@ -14,6 +14,7 @@ fn client() -> Option<&'static pjrt::Client> {
         .get_or_init(|| {
             let path = std::env::var("PJRT_CPU_PLUGIN").unwrap_or_else(|_| PLUGIN.to_string());
             if !std::path::Path::new(&path).exists() {
+                assert!(std::env::var_os("TORCHTPU_REQUIRE_PLUGINS").is_none(), "no CPU PJRT plugin at {path}");
                 eprintln!("skipping plugin tests: no CPU PJRT plugin at {path} (set PJRT_CPU_PLUGIN)");
                 return None;
             }

@@ -12,11 +12,14 @@ pub const DEFAULT_PLUGIN: &str =
 /// `None` (test skipped) when neither exists.
 pub fn plugin_path() -> Option<PathBuf> {
     let path = std::env::var_os("PJRT_TEST_PLUGIN")
+        .or_else(|| std::env::var_os("PJRT_CPU_PLUGIN"))
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_PLUGIN));
     if path.exists() {
         Some(path)
     } else {
+        // CI sets TORCHTPU_REQUIRE_PLUGINS so that a missing plugin fails instead of skipping.
+        assert!(std::env::var_os("TORCHTPU_REQUIRE_PLUGINS").is_none(), "PJRT plugin {} not found", path.display());
         eprintln!("skipping: PJRT plugin {} not found (set PJRT_TEST_PLUGIN)", path.display());
         None
     }

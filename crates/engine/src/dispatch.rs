@@ -1,0 +1,631 @@
+//! Running one aten call: key the call by everything that shapes its program, find the
+//! compiled executable (lower and compile on a miss), feed it the cells' buffers and runtime
+//! scalars, and hand back new cells or swap new buffers into written cells.
+use crate::abi::*;
+use crate::cell::{Cell, DevBuf, Stored};
+use crate::runtime::runtime;
+use crate::view::{self, Geometry};
+use crate::Error;
+use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, Tensor, TorchError};
+use stablehlo::{ElemType, TensorType, Value};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+pub struct OpInfo {
+    pub qualified: String,
+    pub overload: String,
+    pub base: String,
+    pub arg_names: Vec<String>,
+    pub write_args: Vec<usize>,
+    pub inplace: bool,
+    pub lowering: Option<Lowering>,
+}
+
+/// Where a module parameter's buffer comes from at run time.
+#[derive(Clone, Debug)]
+enum Feed {
+    /// The current buffer of the call's `slot`-th distinct cell.
+    Base(u32),
+    /// A CPU tensor argument (arg, list item or -1), uploaded.
+    Host(u32, i32),
+    /// The `n`-th float scalar of the call, converted to `elem`.
+    Scalar(u32, ElemType),
+    /// The random state from a generator argument.
+    Rng(u32),
+}
+
+#[derive(Clone, Debug)]
+enum OutSpec {
+    New { dtype: DType, dims: Vec<i64> },
+    Base { slot: u32, dtype: DType, dims: Vec<i64> },
+}
+
+#[derive(Clone, Debug)]
+enum RetSpec {
+    Tensor(usize),
+    List(Vec<usize>),
+}
+
+struct Entry {
+    exe: pjrt::LoadedExecutable,
+    feeds: Vec<Feed>,
+    results: Vec<OutSpec>,
+    returns: Vec<RetSpec>,
+}
+
+/// FNV-style mixing of the u64 words of a key: keys are short and built fresh per call.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64)
+    }
+}
+
+#[derive(Default, Clone, Debug)]
+pub struct Stats {
+    pub hits: u64,
+    pub misses: u64,
+    pub compile_seconds: f64,
+    pub executions: u64,
+}
+
+struct Engine {
+    ops: Vec<Arc<OpInfo>>,
+    cache: HashMap<Box<[u64]>, Arc<Entry>, BuildHasherDefault<KeyHasher>>,
+    stats: Stats,
+}
+
+static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
+
+fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
+    let mut g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
+    let e = g.get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), stats: Stats::default() });
+    f(e)
+}
+
+pub fn stats() -> Stats {
+    with_engine(|e| e.stats.clone())
+}
+
+pub fn register_op(qualified: &str, overload: &str, arg_names: Vec<String>, write_mask: u64) -> i32 {
+    let base = lowerings::base_name(qualified).to_string();
+    let lowering = lowerings::registry().get(&base).copied();
+    let write_args = (0..arg_names.len()).filter(|&i| write_mask & (1 << i) != 0).collect();
+    let short = qualified.strip_prefix("aten::").unwrap_or(qualified);
+    let inplace = short.ends_with('_') && !short.starts_with("__");
+    let info = OpInfo { qualified: qualified.to_string(), overload: overload.to_string(), base, arg_names, write_args, inplace, lowering };
+    with_engine(|e| {
+        e.ops.push(Arc::new(info));
+        (e.ops.len() - 1) as i32
+    })
+}
+
+pub fn op_info(id: i32) -> Option<Arc<OpInfo>> {
+    with_engine(|e| e.ops.get(id as usize).cloned())
+}
+
+/// What one call produced.
+pub enum Produced {
+    Tensor { cell: *mut Cell, dtype: DType, dims: Vec<i64> },
+    List(Vec<Produced>),
+}
+
+pub enum CallResult {
+    Done(Vec<Produced>),
+    /// An out= argument must be resized to these sizes first.
+    Resize(usize, Vec<i64>),
+}
+
+// ---- scanning a call --------------------------------------------------------------------------
+
+/// The parts of a call that are not in the arguments' values: distinct cells, float scalars.
+#[derive(Default)]
+struct Scan {
+    key: Vec<u64>,
+    cells: Vec<*mut Cell>,
+    floats: Vec<f64>,
+    device: i32,
+}
+
+const UNINIT: u64 = u64::MAX;
+
+impl Scan {
+    fn slot(&mut self, cell: *mut Cell) -> (u32, bool) {
+        if let Some(i) = self.cells.iter().position(|&c| c == cell) {
+            return (i as u32, false);
+        }
+        self.cells.push(cell);
+        ((self.cells.len() - 1) as u32, true)
+    }
+
+    fn tensor(&mut self, t: &TtTensor) {
+        let sizes = t.sizes();
+        if t.is_host() {
+            self.key.push(1 << 40 | (t.flags as u64) << 8 | t.dtype as u8 as u64);
+            self.key.push(sizes.len() as u64);
+            self.key.extend(sizes.iter().map(|&s| s as u64));
+            return;
+        }
+        let cell = t.cell as *mut Cell;
+        let (slot, first) = self.slot(cell);
+        if self.cells.len() == 1 && first {
+            self.device = unsafe { (*cell).device };
+        }
+        self.key.push(2 << 40 | (slot as u64) << 8 | t.dtype as u8 as u64);
+        self.key.push(sizes.len() as u64);
+        self.key.extend(sizes.iter().map(|&s| s as u64));
+        self.key.extend(t.strides().iter().map(|&s| s as u64));
+        self.key.push(t.offset as u64);
+        if first {
+            // The base's layout shapes the program: its dtype and dims, or "nothing yet".
+            match unsafe { (*cell).get() } {
+                Some(s) => {
+                    self.key.push(s.dtype as u8 as u64);
+                    self.key.push(s.dims.len() as u64);
+                    self.key.extend(s.dims.iter().map(|&d| d as u64));
+                }
+                None => {
+                    self.key.push(UNINIT);
+                    self.key.push(unsafe { (*cell).nbytes() } as u64);
+                }
+            }
+        }
+    }
+
+    fn arg(&mut self, a: &TtArg, specialize: bool) {
+        self.key.push(a.kind as u64);
+        match a.kind {
+            TT_TENSOR => self.tensor(a.tensor()),
+            TT_INT | TT_BOOL | TT_SCALAR_TYPE | TT_OTHER => self.key.push(a.int() as u64),
+            TT_FLOAT => {
+                let f = unsafe { a.p.f };
+                self.floats.push(f);
+                if specialize {
+                    self.key.push(f.to_bits());
+                }
+            }
+            TT_COMPLEX => {
+                let c = unsafe { a.p.c };
+                self.key.push(c.re.to_bits());
+                self.key.push(c.im.to_bits());
+            }
+            TT_INT_LIST | TT_BOOL_LIST | TT_FLOAT_LIST => {
+                let n = unsafe { a.p.list.len };
+                self.key.push(n as u64);
+                match a.kind {
+                    TT_INT_LIST => self.key.extend(a.list::<i64>().iter().map(|&x| x as u64)),
+                    TT_BOOL_LIST => self.key.extend(a.list::<u8>().iter().map(|&x| x as u64)),
+                    _ => self.key.extend(a.list::<f64>().iter().map(|x| x.to_bits())),
+                }
+            }
+            TT_STR => {
+                let s = a.list::<u8>();
+                self.key.push(s.len() as u64);
+                for chunk in s.chunks(8) {
+                    let mut w = [0u8; 8];
+                    w[..chunk.len()].copy_from_slice(chunk);
+                    self.key.push(u64::from_le_bytes(w));
+                }
+            }
+            TT_TENSOR_LIST => {
+                let items = a.list::<TtArg>();
+                self.key.push(items.len() as u64);
+                for item in items {
+                    self.arg(item, specialize);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---- calls ------------------------------------------------------------------------------------
+
+fn no_lowering(info: &OpInfo) -> TorchError {
+    let name = if info.overload.is_empty() { info.qualified.clone() } else { format!("{}.{}", info.qualified, info.overload) };
+    TorchError::new(
+        ErrorKind::NotImplemented,
+        format!(
+            "The operator '{name}' is not currently implemented for the tpu device. \
+             As a temporary fix, you can set the environment variable `TORCHTPU_CPU_FALLBACK=1` \
+             to run this operator on the CPU (slower)."
+        ),
+    )
+}
+
+pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
+    let mut guard = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
+    let engine = guard.as_mut().expect("ops are registered before they are called");
+    let info = engine.ops.get(op as usize).cloned().ok_or_else(|| Error::runtime(format!("torchtpu: unknown op id {op}")))?;
+    let lowering = info.lowering.ok_or_else(|| Error::NoLowering(no_lowering(&info)))?;
+
+    let mut scan = Scan::default();
+    scan.key.push(op as u64);
+    for a in args {
+        scan.arg(a, lowering.specialize_floats);
+    }
+    let entry = match engine.cache.get(scan.key.as_slice()) {
+        Some(e) => {
+            engine.stats.hits += 1;
+            e.clone()
+        }
+        None => {
+            let t0 = Instant::now();
+            let built = build(&info, &lowering, args, &scan)?;
+            let entry = match built {
+                Built::Entry(e) => Arc::new(e),
+                Built::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
+            };
+            engine.stats.misses += 1;
+            engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
+            engine.cache.insert(scan.key.clone().into_boxed_slice(), entry.clone());
+            entry
+        }
+    };
+    engine.stats.executions += 1;
+    run(&entry, args, &scan).map(CallResult::Done)
+}
+
+// ---- building a program -----------------------------------------------------------------------
+
+enum Built {
+    Entry(Entry),
+    Resize(usize, Vec<i64>),
+}
+
+fn dtype_of(code: i8) -> Result<DType, Error> {
+    DType::from_code(code).ok_or_else(|| Error::Torch(TorchError::new(ErrorKind::NotImplemented, format!("torchtpu: dtype code {code} is not supported on tpu"))))
+}
+
+struct Builder<'a> {
+    cx: Cx,
+    feeds: Vec<Feed>,
+    scan: &'a Scan,
+    /// The current value of each distinct cell's base, and whether the call wrote it.
+    bases: Vec<Value>,
+    written: Vec<bool>,
+    next_float: u32,
+    specialize: bool,
+}
+
+impl Builder<'_> {
+    fn feed(&mut self, ty: TensorType, feed: Feed) -> Value {
+        let tag = self.feeds.len() as u32;
+        self.feeds.push(feed);
+        self.cx.external_param(ty, tag)
+    }
+
+    fn base(&mut self, slot: u32, t: &TtTensor) -> Result<Value, Error> {
+        while self.bases.len() <= slot as usize {
+            let cell = unsafe { &*self.scan.cells[self.bases.len()] };
+            let v = match unsafe { cell.get() } {
+                Some(s) => self.feed(TensorType { elem: s.dtype.elem(), dims: s.dims.clone() }, Feed::Base(self.bases.len() as u32)),
+                None => {
+                    let dt = dtype_of(t.dtype)?;
+                    let n = cell.nbytes() / dt.size() as i64;
+                    self.cx.full(0.0, dt, &[n])
+                }
+            };
+            self.bases.push(v);
+            self.written.push(false);
+        }
+        Ok(self.bases[slot as usize])
+    }
+
+    fn tensor(&mut self, arg: u32, item: i32, t: &TtTensor) -> Result<Tensor, Error> {
+        let dtype = dtype_of(t.dtype)?;
+        let rank = if t.flags & TT_WRAPPED_NUMBER != 0 {
+            Rank::Wrapped
+        } else if t.ndim == 0 {
+            Rank::ZeroDim
+        } else {
+            Rank::Dim
+        };
+        if t.is_host() {
+            let v = self.feed(TensorType { elem: dtype.elem(), dims: t.sizes().to_vec() }, Feed::Host(arg, item));
+            return Ok(Tensor { v, dtype, rank });
+        }
+        let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap() as u32;
+        let mut base = self.base(slot, t)?;
+        if self.cx.dtype(base) != dtype {
+            base = self.reinterpret(base, dtype)?;
+        }
+        let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
+        let v = view::read(&mut self.cx, base, &g);
+        Ok(Tensor { v, dtype, rank })
+    }
+
+    /// A base seen through a tensor of another dtype of the same width (Tensor.view(dtype)).
+    fn reinterpret(&mut self, base: Value, dtype: DType) -> Result<Value, Error> {
+        let from = self.cx.dtype(base);
+        if from.size() != dtype.size() {
+            return Err(Error::Torch(TorchError::new(
+                ErrorKind::NotImplemented,
+                format!("torchtpu: viewing a {} storage as {} is not supported yet", from.torch_name(), dtype.torch_name()),
+            )));
+        }
+        Ok(self.cx.bitcast_convert(base, dtype.elem()))
+    }
+
+    fn arg(&mut self, i: u32, item: i32, a: &TtArg) -> Result<Arg, Error> {
+        Ok(match a.kind {
+            TT_NONE => Arg::None,
+            TT_TENSOR => Arg::Tensor(self.tensor(i, item, a.tensor())?),
+            TT_INT => Arg::Int(a.int()),
+            TT_BOOL => Arg::Bool(a.int() != 0),
+            TT_FLOAT => {
+                let value = self.scan.floats[self.next_float as usize];
+                let slot = if self.specialize { None } else { Some(self.next_float) };
+                self.next_float += 1;
+                Arg::Float(FloatArg { value, slot })
+            }
+            TT_COMPLEX => {
+                let c = unsafe { a.p.c };
+                Arg::Complex(c.re, c.im)
+            }
+            TT_INT_LIST => Arg::IntList(a.list::<i64>().to_vec()),
+            TT_FLOAT_LIST => Arg::FloatList(a.list::<f64>().to_vec()),
+            TT_BOOL_LIST => Arg::BoolList(a.list::<u8>().iter().map(|&b| b != 0).collect()),
+            TT_TENSOR_LIST => {
+                let mut items = Vec::new();
+                for (j, it) in a.list::<TtArg>().iter().enumerate() {
+                    items.push(self.arg(i, j as i32, it)?);
+                }
+                Arg::List(items)
+            }
+            TT_STR => Arg::Str(String::from_utf8_lossy(a.list::<u8>()).into_owned()),
+            TT_SCALAR_TYPE => Arg::DType(dtype_of(a.int() as i8)?),
+            TT_GENERATOR => {
+                let v = self.feed(TensorType { elem: ElemType::U64, dims: vec![2] }, Feed::Rng(i));
+                Arg::Generator(v)
+            }
+            _ => Arg::Other,
+        })
+    }
+
+    /// Writes `v` into the tensor argument `t` (in-place or out=).
+    fn write(&mut self, info: &OpInfo, arg: usize, t: &TtTensor, v: Value) -> Result<Option<Built>, Error> {
+        let dtype = dtype_of(t.dtype)?;
+        let got = self.cx.dtype(v);
+        if !lowerings::can_cast(got, dtype) {
+            return Err(Error::Torch(TorchError::new(
+                ErrorKind::Runtime,
+                format!("result type {} can't be cast to the desired output type {}", got.torch_name(), dtype.torch_name()),
+            )));
+        }
+        let dims = self.cx.dims(v);
+        if dims.as_slice() != t.sizes() {
+            if info.inplace {
+                return Err(Error::Torch(TorchError::new(
+                    ErrorKind::Runtime,
+                    format!("output with shape {:?} doesn't match the broadcast shape {:?}", t.sizes(), dims),
+                )));
+            }
+            return Ok(Some(Built::Resize(arg, dims)));
+        }
+        let v = self.cx.cast(v, dtype);
+        let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
+        let mut base = self.base(slot as u32, t)?;
+        let base_dtype = self.cx.dtype(base);
+        if base_dtype != dtype {
+            base = self.reinterpret(base, dtype)?;
+        }
+        let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
+        let mut nb = view::write(&mut self.cx, base, &g, v);
+        if self.cx.dtype(nb) != base_dtype {
+            nb = self.cx.bitcast_convert(nb, base_dtype.elem());
+        }
+        self.bases[slot] = nb;
+        self.written[slot] = true;
+        Ok(None)
+    }
+}
+
+fn build(info: &OpInfo, lowering: &Lowering, args: &[TtArg], scan: &Scan) -> Result<Built, Error> {
+    let mut b = Builder {
+        cx: Cx::new(),
+        feeds: Vec::new(),
+        scan,
+        bases: Vec::new(),
+        written: Vec::new(),
+        next_float: 0,
+        specialize: lowering.specialize_floats,
+    };
+    let mut values = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
+            return Err(Error::Torch(TorchError::new(
+                ErrorKind::Runtime,
+                "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!",
+            )));
+        }
+        values.push(b.arg(i as u32, -1, a)?);
+    }
+    let lowered = (lowering.f)(&mut b.cx, &Args { op: &info.base, names: &info.arg_names, values: &values }).map_err(Error::Torch)?;
+
+    // The first outputs go to the written arguments, in order; the rest are returned.
+    let mut outs = lowered.into_iter();
+    for &w in &info.write_args {
+        let a = &args[w];
+        match a.kind {
+            TT_NONE => continue,
+            TT_TENSOR => match outs.next() {
+                Some(Out::Tensor(v)) => {
+                    if let Some(r) = b.write(info, w, a.tensor(), v)? {
+                        return Ok(r);
+                    }
+                }
+                _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no tensor for written argument {}", info.base, info.arg_names[w]))),
+            },
+            TT_TENSOR_LIST => match outs.next() {
+                Some(Out::List(vs)) if vs.len() == a.list::<TtArg>().len() => {
+                    for (item, v) in a.list::<TtArg>().iter().zip(vs) {
+                        if let Some(r) = b.write(info, w, item.tensor(), v)? {
+                            return Ok(r);
+                        }
+                    }
+                }
+                _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no list for written argument {}", info.base, info.arg_names[w]))),
+            },
+            _ => return Err(Error::runtime(format!("torchtpu: {} writes an argument of an unsupported kind", info.base))),
+        }
+    }
+    let mut results = Vec::new();
+    let mut specs = Vec::new();
+    let mut returns = Vec::new();
+    let push = |cx: &Cx, v: Value, results: &mut Vec<Value>, specs: &mut Vec<OutSpec>| {
+        results.push(v);
+        specs.push(OutSpec::New { dtype: cx.dtype(v), dims: cx.dims(v) });
+        results.len() - 1
+    };
+    for o in outs {
+        match o {
+            Out::Tensor(v) => returns.push(RetSpec::Tensor(push(&b.cx, v, &mut results, &mut specs))),
+            Out::List(vs) => {
+                let idx = vs.iter().map(|&v| push(&b.cx, v, &mut results, &mut specs)).collect();
+                returns.push(RetSpec::List(idx));
+            }
+        }
+    }
+    for (slot, &w) in b.written.iter().enumerate() {
+        if w {
+            let v = b.bases[slot];
+            results.push(v);
+            specs.push(OutSpec::Base { slot: slot as u32, dtype: b.cx.dtype(v), dims: b.cx.dims(v) });
+        }
+    }
+    // Float scalars the lowering made into inputs.
+    let mut feeds = b.feeds;
+    let cx_feeds = std::mem::take(&mut b.cx.feeds);
+    let ordered: Vec<Feed> = cx_feeds
+        .into_iter()
+        .map(|f| match f {
+            lowerings::Feed::External(tag) => feeds[tag as usize].clone(),
+            lowerings::Feed::Scalar { slot, elem } => Feed::Scalar(slot, elem),
+        })
+        .collect();
+    feeds = ordered;
+    let text = b.cx.b.finish(&results);
+    let rt = runtime()?;
+    let exe = rt.client.compile(&text, &rt.compile_options).map_err(|e| {
+        Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text))
+    })?;
+    Ok(Built::Entry(Entry { exe, feeds, results: specs, returns }))
+}
+
+/// Ops that take CPU tensors with dimensions (indices) like PyTorch's CUDA backend does.
+fn host_tensors_allowed(base: &str) -> bool {
+    matches!(base, "copy" | "index" | "index_put" | "_index_put_impl" | "_to_copy")
+}
+
+// ---- running ----------------------------------------------------------------------------------
+
+fn arg_at(args: &[TtArg], arg: u32, item: i32) -> &TtArg {
+    let a = &args[arg as usize];
+    if item < 0 {
+        a
+    } else {
+        &a.list::<TtArg>()[item as usize]
+    }
+}
+
+fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64], device: i32) -> Result<pjrt::Buffer, Error> {
+    let ty = crate::host::element_type(dtype);
+    Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
+}
+
+fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Error> {
+    let rt = runtime()?;
+    let device = scan.device;
+    let mut owned: Vec<pjrt::Buffer> = Vec::new();
+    // Owned uploads first, so that the references below stay valid.
+    for f in &entry.feeds {
+        match *f {
+            Feed::Base(_) => {}
+            Feed::Host(arg, item) => {
+                let t = arg_at(args, arg, item).tensor();
+                let dtype = dtype_of(t.dtype)?;
+                let n = t.sizes().iter().product::<i64>() as usize * dtype.size();
+                let bytes = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.host as *const u8, n) } };
+                owned.push(upload(rt, bytes, dtype, t.sizes(), device)?);
+            }
+            Feed::Scalar(n, elem) => {
+                let (bytes, len) = crate::host::scalar_bytes(scan.floats[n as usize], elem);
+                owned.push(upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?);
+            }
+            Feed::Rng(arg) => {
+                let a = &args[arg as usize];
+                let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
+                let state = [crate::host::mix(seed ^ crate::host::mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
+                let mut bytes = [0u8; 16];
+                bytes[..8].copy_from_slice(&state[0].to_le_bytes());
+                bytes[8..].copy_from_slice(&state[1].to_le_bytes());
+                owned.push(upload(rt, &bytes, DType::U64, &[2], device)?);
+            }
+        }
+    }
+    let mut inputs: Vec<&pjrt::Buffer> = Vec::with_capacity(entry.feeds.len());
+    let mut next_owned = 0;
+    for f in &entry.feeds {
+        match *f {
+            Feed::Base(slot) => {
+                let cell = unsafe { &*scan.cells[slot as usize] };
+                let s = unsafe { cell.get() }.as_ref().expect("a fed cell holds a buffer");
+                inputs.push(&s.buf.buf);
+            }
+            _ => {
+                inputs.push(&owned[next_owned]);
+                next_owned += 1;
+            }
+        }
+    }
+    let outputs = entry.exe.execute(&inputs, rt.device(device)?)?;
+    drop(inputs);
+
+    let mut made: Vec<Option<Produced>> = Vec::with_capacity(outputs.len());
+    for (buf, spec) in outputs.into_iter().zip(&entry.results) {
+        match spec {
+            OutSpec::New { dtype, dims } => {
+                let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
+                let stored = Stored { buf: DevBuf::new(buf, nbytes), dtype: *dtype, dims: dims.clone() };
+                let cell = Cell::new(nbytes, device, Some(stored));
+                made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: dims.clone() }));
+            }
+            OutSpec::Base { slot, dtype, dims } => {
+                let cell = unsafe { &*scan.cells[*slot as usize] };
+                let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
+                unsafe { cell.set(Some(Stored { buf: DevBuf::new(buf, nbytes), dtype: *dtype, dims: dims.clone() })) };
+                made.push(None);
+            }
+        }
+    }
+    let mut produced = Vec::with_capacity(entry.returns.len());
+    for r in &entry.returns {
+        match r {
+            RetSpec::Tensor(i) => produced.push(made[*i].take().unwrap()),
+            RetSpec::List(is) => produced.push(Produced::List(is.iter().map(|&i| made[i].take().unwrap()).collect())),
+        }
+    }
+    Ok(produced)
+}
+
+/// Runs `f` with the engine locked: cell state may be read and written inside.
+pub fn locked<R>(f: impl FnOnce() -> R) -> R {
+    let _g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
+    f()
+}

@@ -1,0 +1,147 @@
+//! Reading and writing PyTorch views (sizes, strides, offset) of a dense base buffer inside a
+//! module: the gather is folded into the op's own program, and a write produces the new base.
+use lowerings::{Cx, DType};
+use stablehlo::{ElemType, GatherDims, ScatterDims, TensorType, Value};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry<'a> {
+    pub sizes: &'a [i64],
+    pub strides: &'a [i64],
+    pub offset: i64,
+}
+
+pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; sizes.len()];
+    for i in (0..sizes.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * sizes[i + 1].max(1);
+    }
+    s
+}
+
+fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    let mut expected = 1;
+    for (&n, &s) in sizes.iter().zip(strides).rev() {
+        if n != 1 && s != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
+impl Geometry<'_> {
+    pub fn numel(&self) -> i64 {
+        self.sizes.iter().product()
+    }
+
+    /// Does this view cover all `base_numel` elements in row-major order?
+    pub fn covers(&self, base_numel: i64) -> bool {
+        self.offset == 0 && self.numel() == base_numel && is_contiguous(self.sizes, self.strides)
+    }
+}
+
+/// The flat element indices of a view, as an i64 tensor of the view's shape.
+fn flat_indices(cx: &mut Cx, g: &Geometry) -> Value {
+    let dims = g.sizes.to_vec();
+    let ty = TensorType { elem: ElemType::I64, dims: dims.clone() };
+    let mut idx = cx.full(g.offset as f64, DType::I64, &dims);
+    for (d, &stride) in g.strides.iter().enumerate() {
+        if g.sizes[d] == 1 || stride == 0 {
+            continue;
+        }
+        let i = cx.iota(&ty, d as i64);
+        let s = cx.full(stride as f64, DType::I64, &dims);
+        let term = cx.mul(i, s);
+        idx = cx.add(idx, term);
+    }
+    idx
+}
+
+/// The view `g` of `base` (a dense value of `base_dims`) as a dense value of `g.sizes`.
+pub fn read(cx: &mut Cx, base: Value, g: &Geometry) -> Value {
+    let base_dims = cx.dims(base);
+    let n: i64 = base_dims.iter().product();
+    let dtype = cx.dtype(base);
+    if g.sizes == base_dims.as_slice() && g.covers(n) {
+        return base;
+    }
+    if g.numel() == 0 {
+        return cx.full(0.0, dtype, g.sizes);
+    }
+    if g.covers(n) {
+        return cx.reshape(base, g.sizes);
+    }
+    // Expanded dims (stride 0) are read once and broadcast.
+    if g.strides.iter().zip(g.sizes).any(|(&s, &n)| s == 0 && n > 1) {
+        let keep: Vec<usize> = (0..g.sizes.len()).filter(|&d| !(g.strides[d] == 0 && g.sizes[d] > 1)).collect();
+        let sizes: Vec<i64> = keep.iter().map(|&d| g.sizes[d]).collect();
+        let strides: Vec<i64> = keep.iter().map(|&d| g.strides[d]).collect();
+        let inner = read(cx, base, &Geometry { sizes: &sizes, strides: &strides, offset: g.offset });
+        let bdims: Vec<i64> = keep.iter().map(|&d| d as i64).collect();
+        return cx.broadcast_in_dim(inner, g.sizes, &bdims);
+    }
+    let flat = cx.reshape(base, &[n]);
+    let numel = g.numel();
+    // A permutation of a contiguous block (transposes, permutes): slice, reshape, transpose.
+    let mut order: Vec<usize> = (0..g.sizes.len()).collect();
+    order.sort_by_key(|&d| std::cmp::Reverse(g.strides[d]));
+    let sorted_sizes: Vec<i64> = order.iter().map(|&d| g.sizes[d]).collect();
+    let sorted_strides: Vec<i64> = order.iter().map(|&d| g.strides[d]).collect();
+    if is_contiguous(&sorted_sizes, &sorted_strides) && g.offset + numel <= n {
+        let block = cx.slice(flat, &[g.offset], &[g.offset + numel], &[1]);
+        let block = cx.reshape(block, &sorted_sizes);
+        let mut perm = vec![0i64; order.len()];
+        for (pos, &d) in order.iter().enumerate() {
+            perm[d] = pos as i64;
+        }
+        return cx.transpose(block, &perm);
+    }
+    let idx = flat_indices(cx, g);
+    let nd = g.sizes.len() as i64;
+    let mut idims = g.sizes.to_vec();
+    idims.push(1);
+    let idx = cx.reshape(idx, &idims);
+    let dn = GatherDims {
+        offset_dims: vec![],
+        collapsed_slice_dims: vec![0],
+        operand_batching_dims: vec![],
+        start_indices_batching_dims: vec![],
+        start_index_map: vec![0],
+        index_vector_dim: nd,
+    };
+    cx.gather(flat, idx, &dn, &[1], false)
+}
+
+/// `base` with the view `g` replaced by `value` (a dense value of `g.sizes`).
+pub fn write(cx: &mut Cx, base: Value, g: &Geometry, value: Value) -> Value {
+    let base_dims = cx.dims(base);
+    let n: i64 = base_dims.iter().product();
+    if g.covers(n) {
+        // The whole storage is rewritten: the buffer takes the writer's shape.
+        return value;
+    }
+    if g.numel() == 0 {
+        return base;
+    }
+    let flat = cx.reshape(base, &[n]);
+    let numel = g.numel();
+    let flat_value = cx.reshape(value, &[numel]);
+    let new_flat = if is_contiguous(g.sizes, g.strides) {
+        let off = cx.constant_i64(g.offset, ElemType::I64);
+        cx.dynamic_update_slice(flat, flat_value, &[off])
+    } else {
+        let idx = flat_indices(cx, g);
+        let idx = cx.reshape(idx, &[numel, 1]);
+        let dn = ScatterDims {
+            update_window_dims: vec![],
+            inserted_window_dims: vec![0],
+            input_batching_dims: vec![],
+            scatter_indices_batching_dims: vec![],
+            scatter_dims_to_operand_dims: vec![0],
+            index_vector_dim: 1,
+            ..Default::default()
+        };
+        cx.scatter(flat, idx, flat_value, &dn, |_, _old, new| new)
+    };
+    cx.reshape(new_flat, &base_dims)
+}

@@ -1,0 +1,294 @@
+//! Filling, copying and creating tensors: fill_, zero_, copy_, arange, linspace, and the
+//! random fills (uniform_, normal_, bernoulli_, random_) driven by the device generator.
+use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::cx::Cx;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::{bail, check, one, Out, Registry};
+use stablehlo::{CmpDir, ElemType, RngAlgorithm, TensorType, Value};
+
+pub fn register(r: &mut Registry) {
+    r.add("fill", fill);
+    r.add("zero", zero);
+    r.add("copy", copy);
+    r.add("clone", clone);
+    r.add("_to_copy", to_copy);
+    r.add_specialized("arange", arange);
+    r.add_specialized("linspace", linspace);
+    r.add("uniform", uniform);
+    r.add("normal", normal);
+    r.add("bernoulli", bernoulli);
+    r.add("random", random);
+}
+
+/// The tensor whose shape and dtype a filling op produces: `self`, or `out` for out= forms.
+fn target(args: &Args) -> Result<Tensor> {
+    args.tensor("self").or_else(|_| args.tensor("out"))
+}
+
+fn fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    let v = match args.get("value") {
+        Some(Arg::Tensor(t)) => {
+            let nd = cx.dims(t.v).len();
+            check!(nd == 0, Runtime, "fill_ only supports 0-dimension value tensor but got tensor with {} dimensions.", nd);
+            cx.cast(t.v, x.dtype)
+        }
+        _ => {
+            let s = args.scalar("value")?;
+            cx.scalar(s, x.dtype)
+        }
+    };
+    one(cx.broadcast_in_dim(v, &dims, &[]))
+}
+
+fn zero(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    one(cx.full(0.0, x.dtype, &cx.dims(x.v)))
+}
+
+/// copy_(self, src): src converted to self's dtype and broadcast to its shape.
+fn copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let src = args.tensor("src")?;
+    let dims = cx.dims(x.v);
+    let sdims = cx.dims(src.v);
+    let b = crate::broadcast_shapes(&[dims.clone(), sdims.clone()]);
+    check!(
+        b.as_deref() == Ok(&dims[..]),
+        Runtime,
+        "output with shape {:?} doesn't match the broadcast shape {:?}",
+        dims,
+        b.unwrap_or(sdims)
+    );
+    let v = cx.cast(src.v, x.dtype);
+    one(cx.broadcast_to(v, &dims))
+}
+
+fn clone(_cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    one(args.tensor("self")?.v)
+}
+
+/// _to_copy(self, dtype, ...): the device move itself is the engine's business.
+fn to_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dt = args.dtype("dtype")?.unwrap_or(x.dtype);
+    one(cx.cast(x.v, dt))
+}
+
+fn scalar_f64(s: Scalar) -> f64 {
+    match s {
+        Scalar::Int(i) => i as f64,
+        Scalar::Bool(b) => b as i64 as f64,
+        Scalar::Float(f) => f.value,
+    }
+}
+
+/// arange.start_out(start, end, step, out): values start + i * step.
+fn arange(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let out = args.tensor("out")?;
+    let start = args.opt_scalar("start")?.map(scalar_f64).unwrap_or(0.0);
+    let end = scalar_f64(args.scalar("end")?);
+    let step = args.opt_scalar("step")?.map(scalar_f64).unwrap_or(1.0);
+    check!(step != 0.0, Runtime, "step must be nonzero");
+    check!(start.is_finite() && end.is_finite(), Runtime, "unsupported range: {} -> {}", start, end);
+    check!(
+        (step > 0.0 && end >= start) || (step < 0.0 && end <= start),
+        Runtime,
+        "upper bound and larger bound inconsistent with step sign"
+    );
+    let n = ((end - start) / step).ceil() as i64;
+    linear_values(cx, out.dtype, n, start, step)
+}
+
+/// start + i * step for i in 0..n, computed in the output dtype's arithmetic (i64 for integer
+/// outputs, f32 for 16-bit floats like PyTorch's accumulate type, else the dtype itself).
+fn linear_values(cx: &mut Cx, dtype: DType, n: i64, start: f64, step: f64) -> Result<Vec<Out>> {
+    let acc = match dtype {
+        d if d.is_integral() => DType::I64,
+        DType::F64 => DType::F64,
+        _ => DType::F32,
+    };
+    let i = cx.iota(&TensorType { elem: acc.elem(), dims: vec![n] }, 0);
+    let st = cx.full(step, acc, &[n]);
+    let s0 = cx.full(start, acc, &[n]);
+    let v = cx.mul(i, st);
+    let v = cx.add(v, s0);
+    one(cx.cast(v, dtype))
+}
+
+/// linspace.out(start, end, steps, out): PyTorch fills the first half from start and the
+/// second half from end so both ends are exact.
+fn linspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let out = args.tensor("out")?;
+    let start = scalar_f64(args.scalar("start")?);
+    let end = scalar_f64(args.scalar("end")?);
+    let steps = args.int("steps")?;
+    check!(steps >= 0, Runtime, "number of steps must be non-negative");
+    let acc = if out.dtype == DType::F64 { DType::F64 } else { DType::F32 };
+    if steps <= 1 {
+        let v = cx.full(start, acc, &[steps]);
+        return one(cx.cast(v, out.dtype));
+    }
+    let step = (end - start) / (steps - 1) as f64;
+    let n = steps;
+    let i = cx.iota(&TensorType { elem: acc.elem(), dims: vec![n] }, 0);
+    let stepv = cx.full(step, acc, &[n]);
+    let s0 = cx.full(start, acc, &[n]);
+    let e0 = cx.full(end, acc, &[n]);
+    let last = cx.full((n - 1) as f64, acc, &[n]);
+    let lo = cx.mul(i, stepv);
+    let lo = cx.add(lo, s0);
+    let back = cx.sub(last, i);
+    let hi = cx.mul(back, stepv);
+    let hi = cx.sub(e0, hi);
+    let half = cx.full((n / 2) as f64, acc, &[n]);
+    let first = cx.compare(CmpDir::Lt, i, half);
+    let v = cx.select(first, lo, hi);
+    if out.dtype.is_integral() {
+        // Integer linspace truncates like a C cast.
+        let z = cx.full(0.0, acc, &[n]);
+        let neg = cx.compare(CmpDir::Lt, v, z);
+        let c = cx.ceil(v);
+        let f = cx.floor(v);
+        let t = cx.select(neg, c, f);
+        return one(cx.cast(t, out.dtype));
+    }
+    one(cx.cast(v, out.dtype))
+}
+
+// ---- random ------------------------------------------------------------------------------------
+
+/// Uniform floats in [0, 1) of `dims`, in f32 (f64 for double outputs), from the call's state.
+fn uniform01(cx: &mut Cx, args: &Args, dims: &[i64], double: bool) -> Result<Value> {
+    let state = args.generator("generator")?;
+    let (bits_elem, float_elem, shift, one_bits) =
+        if double { (ElemType::U64, ElemType::F64, 12, 0x3FF0_0000_0000_0000i64) } else { (ElemType::U32, ElemType::F32, 9, 0x3F80_0000i64) };
+    let (_, bits) = cx.rng_bit_generator(RngAlgorithm::ThreeFry, state, &TensorType { elem: bits_elem, dims: dims.to_vec() });
+    // Mantissa bits under exponent 0 give [1, 2); subtract one.
+    let sh = cx.b.splat_i64(shift, &TensorType { elem: bits_elem, dims: dims.to_vec() });
+    let m = cx.shift_right_logical(bits, sh);
+    let e = cx.b.splat_i64(one_bits, &TensorType { elem: bits_elem, dims: dims.to_vec() });
+    let f = cx.or(m, e);
+    let f = cx.bitcast_convert(f, float_elem);
+    let one_ = cx.b.splat_f64(1.0, &TensorType { elem: float_elem, dims: dims.to_vec() });
+    Ok(cx.sub(f, one_))
+}
+
+fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    check!(x.dtype.is_float(), Runtime, "\"uniform_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let dims = cx.dims(x.v);
+    let from = args.opt_scalar("from")?.unwrap_or(Scalar::Int(0));
+    let to = args.opt_scalar("to")?.unwrap_or(Scalar::Int(1));
+    let double = x.dtype == DType::F64;
+    let acc = if double { DType::F64 } else { DType::F32 };
+    let u = uniform01(cx, args, &dims, double)?;
+    let lo = cx.scalar_like(from, acc, &dims);
+    let hi = cx.scalar_like(to, acc, &dims);
+    let range = cx.sub(hi, lo);
+    let v = cx.mul(u, range);
+    let v = cx.add(v, lo);
+    one(cx.cast(v, x.dtype))
+}
+
+fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    check!(x.dtype.is_float(), Runtime, "\"normal_kernel_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let dims = cx.dims(x.v);
+    let mean = args.opt_scalar("mean")?.unwrap_or(Scalar::Int(0));
+    let std = args.opt_scalar("std")?.unwrap_or(Scalar::Int(1));
+    if let Scalar::Float(f) = std {
+        check!(f.slot.is_some() || f.value >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", f.value);
+    }
+    if let Scalar::Int(i) = std {
+        check!(i >= 0, Runtime, "normal expects std >= 0.0, but found std {}", i);
+    }
+    let double = x.dtype == DType::F64;
+    let acc = if double { DType::F64 } else { DType::F32 };
+    // Box-Muller on two independent uniform draws (one doubled-size draw split in halves).
+    let n: i64 = dims.iter().product();
+    let u = uniform01(cx, args, &[2, n], double)?;
+    let u1 = cx.slice(u, &[0, 0], &[1, n], &[1, 1]);
+    let u2 = cx.slice(u, &[1, 0], &[2, n], &[1, 1]);
+    let one_ = cx.full(1.0, acc, &[1, n]);
+    let u1 = cx.sub(one_, u1); // (0, 1]
+    let l = cx.log(u1);
+    let m2 = cx.full(-2.0, acc, &[1, n]);
+    let r = cx.mul(l, m2);
+    let r = cx.sqrt(r);
+    let tau = cx.full(std::f64::consts::TAU, acc, &[1, n]);
+    let th = cx.mul(u2, tau);
+    let c = cx.cos(th);
+    let z = cx.mul(r, c);
+    let z = cx.reshape(z, &dims);
+    let sd = cx.scalar_like(std, acc, &dims);
+    let mu = cx.scalar_like(mean, acc, &dims);
+    let v = cx.mul(z, sd);
+    let v = cx.add(v, mu);
+    one(cx.cast(v, x.dtype))
+}
+
+/// bernoulli_(self, p) with p a float or a tensor, and bernoulli(self) drawing with
+/// probabilities `self`.
+fn bernoulli(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    let dims = cx.dims(x.v);
+    let u = uniform01(cx, args, &dims, false)?;
+    let p = match args.get("p") {
+        Some(Arg::Tensor(t)) => {
+            let p = cx.cast(t.v, DType::F32);
+            cx.broadcast_to(p, &dims)
+        }
+        Some(Arg::None) | None => {
+            check!(x.dtype.is_float(), Runtime, "\"bernoulli_tensor_cpu_self_\" not implemented for '{}'", x.dtype.torch_name());
+            cx.cast(x.v, DType::F32)
+        }
+        _ => {
+            let s = args.scalar("p")?;
+            if let Scalar::Float(f) = s {
+                check!(f.slot.is_some() || (0.0..=1.0).contains(&f.value), Runtime, "bernoulli_ expects p to be in [0, 1], but got p={}", f.value);
+            }
+            cx.scalar_like(s, DType::F32, &dims)
+        }
+    };
+    let hit = cx.compare(CmpDir::Lt, u, p);
+    one(cx.cast(hit, x.dtype))
+}
+
+/// random_(self, from, to): integers uniform in [from, to); without bounds, [0, 2^mantissa]
+/// for floats and the dtype's range for integers, like PyTorch.
+fn random(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    let dims = cx.dims(x.v);
+    let from = args.opt_int("from")?.unwrap_or(0);
+    let to = match args.opt_int("to")? {
+        Some(t) => t,
+        None => match x.dtype {
+            DType::Bool => 2,
+            DType::U8 => 256,
+            DType::I8 => 128,
+            DType::I16 => 1 << 15,
+            DType::I32 => 1 << 31,
+            DType::F16 => (1 << 11) + 1,
+            DType::BF16 => (1 << 8) + 1,
+            DType::F32 => (1 << 24) + 1,
+            DType::F64 => (1i64 << 53) + 1,
+            _ => i64::MAX,
+        },
+    };
+    check!(from < to, Runtime, "random_ expects 'from' to be less than 'to', but got from={} >= to={}", from, to);
+    let range = (to - from) as u64;
+    let state = args.generator("generator")?;
+    let (_, bits) = cx.rng_bit_generator(RngAlgorithm::ThreeFry, state, &TensorType { elem: ElemType::U64, dims: dims.clone() });
+    let r = cx.b.splat_i64(range as i64, &TensorType { elem: ElemType::U64, dims: dims.clone() });
+    let v = cx.rem(bits, r);
+    let v = cx.convert(v, ElemType::I64);
+    let f = cx.b.splat_i64(from, &TensorType { elem: ElemType::I64, dims: dims.clone() });
+    let v = cx.add(v, f);
+    if x.dtype.is_complex() {
+        bail!(NotImplemented, "random_ is not implemented for complex tensors on tpu");
+    }
+    one(cx.cast(v, x.dtype))
+}

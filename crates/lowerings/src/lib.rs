@@ -1,0 +1,96 @@
+//! ATen ops lowered to StableHLO. One function per op, grouped by family; each checks its
+//! arguments the way PyTorch does and emits into a `Cx`. The engine (eager) and the graph
+//! compiler (torch.compile) call the same functions.
+//!
+//! Conventions:
+//! - A lowering is found by the op's base name with any in-place `_` removed: `add`,
+//!   `add_` and `add.out` all use `add`; it reads arguments by their schema names.
+//! - It returns the functional result; the engine writes it into mutated arguments
+//!   (in-place and out= variants) in schema order.
+//! - Float scalars are runtime inputs (`Cx::scalar`) so that changed values reuse executables.
+
+pub mod args;
+pub mod cx;
+pub mod dtype;
+pub mod error;
+
+mod elementwise;
+mod factories;
+
+pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
+pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
+pub use dtype::{can_cast, promote, result_type, DType, Rank};
+pub use error::{ErrorKind, Result, TorchError};
+use std::collections::HashMap;
+use std::sync::OnceLock;
+use stablehlo::Value;
+
+/// A lowering's result: one entry per non-aliased return of the op.
+#[derive(Clone, Debug)]
+pub enum Out {
+    Tensor(Value),
+    List(Vec<Value>),
+}
+
+pub type LowerFn = fn(&mut Cx, &Args) -> Result<Vec<Out>>;
+
+#[derive(Copy, Clone)]
+pub struct Lowering {
+    pub f: LowerFn,
+    /// Compile float arguments in (their values become part of the cache key) because the
+    /// lowering needs them to decide the program's structure.
+    pub specialize_floats: bool,
+}
+
+pub struct Registry {
+    map: HashMap<&'static str, Lowering>,
+}
+
+impl Registry {
+    pub fn add(&mut self, name: &'static str, f: LowerFn) {
+        let old = self.map.insert(name, Lowering { f, specialize_floats: false });
+        assert!(old.is_none(), "lowering {name} registered twice");
+    }
+
+    pub fn add_specialized(&mut self, name: &'static str, f: LowerFn) {
+        let old = self.map.insert(name, Lowering { f, specialize_floats: true });
+        assert!(old.is_none(), "lowering {name} registered twice");
+    }
+
+    pub fn get(&self, base: &str) -> Option<&Lowering> {
+        self.map.get(base)
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut v: Vec<_> = self.map.keys().copied().collect();
+        v.sort();
+        v
+    }
+}
+
+/// Every lowering, registered once.
+pub fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(|| {
+        let mut r = Registry { map: HashMap::new() };
+        elementwise::register(&mut r);
+        factories::register(&mut r);
+        r
+    })
+}
+
+/// The lowering name for an aten op: `aten::add_` -> `add`, `aten::__and__` -> `__and__`.
+pub fn base_name(qualified: &str) -> &str {
+    let name = qualified.strip_prefix("aten::").unwrap_or(qualified);
+    if !name.starts_with("__") {
+        if let Some(stripped) = name.strip_suffix('_') {
+            return stripped;
+        }
+    }
+    name
+}
+
+/// Shorthand for a single-tensor result.
+pub fn one(v: Value) -> Result<Vec<Out>> {
+    Ok(vec![Out::Tensor(v)])
+}

@@ -1,0 +1,192 @@
+//! The functions the C++ shim calls (declared in csrc/abi.h). Each catches panics: nothing may
+//! unwind into C++. Results live in a thread-local buffer until the thread's next call.
+use engine::abi::*;
+use engine::cell::Cell;
+use engine::dispatch::{self, CallResult, Produced};
+use engine::Error;
+use lowerings::ErrorKind;
+use std::cell::RefCell;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+struct ResultBuf {
+    result: TtResult,
+    outs: Vec<TtOut>,
+    dims: Vec<Vec<i64>>,
+    message: CString,
+}
+
+thread_local! {
+    static RESULT: RefCell<ResultBuf> = RefCell::new(ResultBuf {
+        result: TtResult { status: 0, resize_arg: -1, message: std::ptr::null(), nouts: 0, outs: std::ptr::null() },
+        outs: Vec::new(),
+        dims: Vec::new(),
+        message: CString::default(),
+    });
+}
+
+fn status_of(e: &Error) -> i32 {
+    if let Error::NoLowering(_) = e {
+        return TT_ERR_NO_LOWERING;
+    }
+    match e.kind() {
+        ErrorKind::Runtime => TT_ERR_RUNTIME,
+        ErrorKind::Value => TT_ERR_VALUE,
+        ErrorKind::Type => TT_ERR_TYPE,
+        ErrorKind::Index => TT_ERR_INDEX,
+        ErrorKind::NotImplemented => TT_ERR_NOT_IMPLEMENTED,
+    }
+}
+
+fn push_produced(buf: &mut ResultBuf, p: Produced) {
+    match p {
+        Produced::Tensor { cell, dtype, dims } => {
+            buf.outs.push(TtOut {
+                kind: TT_OUT_TENSOR,
+                dtype: dtype as i8,
+                ndim: dims.len() as i32,
+                sizes: std::ptr::null(),
+                cell: cell as *mut c_void,
+                i: 0,
+                f: 0.0,
+            });
+            buf.dims.push(dims);
+        }
+        Produced::List(items) => {
+            buf.outs.push(TtOut { kind: TT_OUT_LIST, dtype: 0, ndim: 0, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: items.len() as i64, f: 0.0 });
+            buf.dims.push(Vec::new());
+            for it in items {
+                push_produced(buf, it);
+            }
+        }
+    }
+}
+
+/// Runs `f` and stores its outcome in this thread's result buffer.
+fn respond(f: impl FnOnce() -> Result<CallResult, Error>) -> *const TtResult {
+    let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::runtime(format!("torchtpu internal error: {msg}")))
+    });
+    RESULT.with(|r| {
+        let mut buf = r.borrow_mut();
+        let buf = &mut *buf;
+        buf.outs.clear();
+        buf.dims.clear();
+        buf.result.resize_arg = -1;
+        match outcome {
+            Ok(CallResult::Done(produced)) => {
+                buf.result.status = TT_OK;
+                for p in produced {
+                    push_produced(buf, p);
+                }
+            }
+            Ok(CallResult::Resize(arg, dims)) => {
+                buf.result.status = TT_RESIZE;
+                buf.result.resize_arg = arg as i32;
+                buf.outs.push(TtOut { kind: TT_OUT_TENSOR, dtype: 0, ndim: dims.len() as i32, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: 0, f: 0.0 });
+                buf.dims.push(dims);
+            }
+            Err(e) => {
+                buf.result.status = status_of(&e);
+                buf.message = CString::new(e.to_string().replace('\0', " ")).unwrap_or_default();
+            }
+        }
+        for (o, d) in buf.outs.iter_mut().zip(&buf.dims) {
+            o.sizes = d.as_ptr();
+        }
+        buf.result.message = buf.message.as_ptr();
+        buf.result.nouts = buf.outs.len();
+        buf.result.outs = buf.outs.as_ptr();
+        &buf.result as *const TtResult
+    })
+}
+
+fn done() -> Result<CallResult, Error> {
+    Ok(CallResult::Done(Vec::new()))
+}
+
+#[no_mangle]
+pub extern "C" fn tt_op_register(name: *const c_char, overload: *const c_char, arg_names: *const c_char, nargs: i32, write_mask: u64) -> i32 {
+    catch_unwind(|| {
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let overload = unsafe { CStr::from_ptr(overload) }.to_string_lossy().into_owned();
+        let mut names = Vec::with_capacity(nargs as usize);
+        let mut p = arg_names;
+        for _ in 0..nargs {
+            let s = unsafe { CStr::from_ptr(p) };
+            names.push(s.to_string_lossy().into_owned());
+            p = unsafe { p.add(s.to_bytes().len() + 1) };
+        }
+        dispatch::register_op(&name, &overload, names, write_mask)
+    })
+    .unwrap_or(-1)
+}
+
+#[no_mangle]
+pub extern "C" fn tt_op_call(op: i32, args: *const TtArg, nargs: usize) -> *const TtResult {
+    respond(|| {
+        let args = if nargs == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(args, nargs) } };
+        dispatch::call(op, args)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_cell_new(nbytes: i64, device: i32) -> *mut c_void {
+    Cell::new(nbytes, device, None) as *mut c_void
+}
+
+#[no_mangle]
+pub extern "C" fn tt_cell_release(cell: *mut c_void) {
+    if !cell.is_null() {
+        let _ = catch_unwind(|| drop(unsafe { Box::from_raw(cell as *mut Cell) }));
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tt_cell_resize(cell: *mut c_void, nbytes: i64) -> *const TtResult {
+    respond(|| {
+        engine::resize_cell(unsafe { &*(cell as *const Cell) }, nbytes)?;
+        done()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_cell_copy_bytes(dst: *mut c_void, src: *const c_void, nbytes: i64) -> *const TtResult {
+    respond(|| {
+        engine::copy_cell_bytes(unsafe { &*(dst as *const Cell) }, unsafe { &*(src as *const Cell) }, nbytes)?;
+        done()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_to_host(src: *const TtTensor, dst: *mut c_void, nbytes: i64) -> *const TtResult {
+    respond(|| {
+        let out = if nbytes == 0 { &mut [][..] } else { unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, nbytes as usize) } };
+        engine::host::to_host(unsafe { &*src }, out)?;
+        done()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_from_host(dst: *const TtTensor, src: *const c_void, nbytes: i64) -> *const TtResult {
+    respond(|| {
+        let data = if nbytes == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(src as *const u8, nbytes as usize) } };
+        engine::host::from_host(unsafe { &*dst }, data)?;
+        done()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_device_count() -> i32 {
+    catch_unwind(engine::device_count).unwrap_or(0)
+}
+
+#[no_mangle]
+pub extern "C" fn tt_synchronize(_device: i32) {
+    // Reads wait for their producers; nothing is queued outside PJRT.
+}

@@ -1,0 +1,106 @@
+// The C ABI between the C++ shim and the Rust engine (crates/torchtpu/src/abi.rs mirrors it).
+// The shim encodes each aten call as an array of TtArg and gets back a TtResult.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum TtArgKind : uint8_t {
+  TT_NONE = 0,
+  TT_TENSOR = 1,
+  TT_INT = 2,
+  TT_FLOAT = 3,
+  TT_BOOL = 4,
+  TT_COMPLEX = 5,
+  TT_INT_LIST = 6,
+  TT_FLOAT_LIST = 7,
+  TT_BOOL_LIST = 8,
+  TT_TENSOR_LIST = 9,  // items are TT_TENSOR or TT_NONE (for Tensor?[])
+  TT_STR = 10,
+  TT_SCALAR_TYPE = 11,
+  TT_GENERATOR = 12,   // i = seed, i2 = offset (already advanced by the shim)
+  TT_OTHER = 13,       // layout, device, memory format: carried as i
+};
+
+// Tensor flags.
+enum : uint8_t {
+  TT_HOST = 1,            // a CPU tensor: `host` points at its contiguous data
+  TT_WRAPPED_NUMBER = 2,  // a Python number wrapped as a 0-d tensor
+};
+
+typedef struct TtTensor {
+  void* cell;  // the Rust storage cell (the storage's data pointer); null for host tensors
+  const void* host;
+  const int64_t* sizes;
+  const int64_t* strides;
+  int64_t offset;
+  int32_t ndim;
+  int8_t dtype;  // c10::ScalarType
+  uint8_t flags;
+} TtTensor;
+
+typedef struct TtArg {
+  uint8_t kind;
+  union {
+    TtTensor t;
+    struct { int64_t i; int64_t i2; } n;
+    double f;
+    struct { double re, im; } c;
+    struct { const void* ptr; size_t len; } list;  // int64_t / double / bool / TtArg / char
+  };
+} TtArg;
+
+enum TtOutKind : uint8_t { TT_OUT_TENSOR = 0, TT_OUT_LIST = 1, TT_OUT_INT = 2, TT_OUT_FLOAT = 3, TT_OUT_BOOL = 4 };
+
+typedef struct TtOut {
+  uint8_t kind;
+  int8_t dtype;
+  int32_t ndim;
+  const int64_t* sizes;
+  void* cell;     // a new cell owned by the receiver (one reference)
+  int64_t i;      // list length, or an int/bool result
+  double f;
+} TtOut;
+
+enum TtStatus : int32_t {
+  TT_OK = 0,
+  TT_ERR_RUNTIME = 1,
+  TT_ERR_VALUE = 2,
+  TT_ERR_TYPE = 3,
+  TT_ERR_INDEX = 4,
+  TT_ERR_NOT_IMPLEMENTED = 5,
+  TT_RESIZE = 6,  // resize argument `resize_arg` to `outs[0]` sizes, then call again
+  TT_ERR_NO_LOWERING = 7,  // NotImplementedError, or the CPU fallback when enabled
+};
+
+typedef struct TtResult {
+  int32_t status;
+  int32_t resize_arg;
+  const char* message;  // valid until the next call on this thread
+  size_t nouts;
+  const TtOut* outs;    // valid until the next call on this thread
+} TtResult;
+
+// Registers an operator once; returns its id. `arg_names` holds `nargs` NUL-separated names;
+// `write_mask` has bit i set when argument i is written (alias annotation with `!`).
+int32_t tt_op_register(const char* name, const char* overload, const char* arg_names,
+                       int32_t nargs, uint64_t write_mask);
+const TtResult* tt_op_call(int32_t op, const TtArg* args, size_t nargs);
+
+// Storage cells.
+void* tt_cell_new(int64_t nbytes, int32_t device);
+void tt_cell_release(void* cell);
+const TtResult* tt_cell_resize(void* cell, int64_t nbytes);
+const TtResult* tt_cell_copy_bytes(void* dst, const void* src, int64_t nbytes);
+const TtResult* tt_to_host(const TtTensor* src, void* dst, int64_t nbytes);
+const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbytes);
+
+int32_t tt_device_count(void);
+void tt_synchronize(int32_t device);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,37 @@
+"""torchtpu: PyTorch on device "tpu", backed by an XLA PJRT plugin (TPU, NVIDIA GPU or CPU).
+
+`import torch` is enough (torchtpu autoloads through the `torch.backends` entry point);
+then use device "tpu" wherever you would use "cuda".
+"""
+import torch
+
+from . import _platform
+
+_platform_error = None
+try:
+    PLATFORM, PLUGIN_PATH, _OPTIONS = _platform.choose()
+except (RuntimeError, ValueError) as e:  # reported at first use, not at `import torch`
+    PLATFORM, PLUGIN_PATH, _OPTIONS = None, None, []
+    _platform_error = e
+
+from . import _C  # noqa: E402  (loading it registers the device's kernels)
+
+if PLUGIN_PATH:
+    _C.configure(PLUGIN_PATH, _OPTIONS)
+
+if torch._C._get_privateuse1_backend_name() != "tpu":
+    torch.utils.rename_privateuse1_backend("tpu")
+
+from . import device as _device_module  # noqa: E402
+
+torch._register_device_module("tpu", _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+
+__version__ = "0.1.0"
+
+
+def _autoload():
+    """Entry point for torch's device-backend autoloading; importing this package did the work."""
+
+
+__all__ = ["PLATFORM", "PLUGIN_PATH"]

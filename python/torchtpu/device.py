@@ -1,0 +1,158 @@
+"""torch.tpu: the device module, shaped like torch.cuda."""
+import contextlib
+
+import torch
+
+from . import _C
+
+
+def _check_platform():
+    import torchtpu
+
+    if torchtpu._platform_error is not None:
+        raise torchtpu._platform_error
+
+
+def _lazy_init():
+    _check_platform()
+    _C.init()
+
+
+def is_initialized():
+    return _C.is_initialized()
+
+
+def is_available():
+    try:
+        _lazy_init()
+    except RuntimeError:
+        return False
+    return _C.device_count() > 0
+
+
+def device_count():
+    try:
+        _lazy_init()
+    except RuntimeError:
+        return 0
+    return _C.device_count()
+
+
+def current_device():
+    return torch._C._accelerator_hooks_get_current_device() if hasattr(
+        torch._C, "_accelerator_hooks_get_current_device"
+    ) else torch.accelerator.current_device_index()
+
+
+def _index(device):
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    device = torch.device(device)
+    if device.type != "tpu":
+        raise ValueError(f"Expected a tpu device, but got: {device}")
+    return device.index if device.index is not None else current_device()
+
+
+def set_device(device):
+    idx = _index(device)
+    if idx >= 0:
+        torch.accelerator.set_device_index(idx)
+
+
+@contextlib.contextmanager
+def device(device):
+    idx = _index(device)
+    prev = current_device()
+    set_device(idx)
+    try:
+        yield
+    finally:
+        set_device(prev)
+
+
+def synchronize(device=None):
+    """Waits for all work queued on the device (reads already wait for their producers)."""
+    _lazy_init()
+
+
+def get_device_name(device=None):
+    _lazy_init()
+    platform, _, kind, _ = _C.platform()
+    if platform.lower() == "cpu":
+        return "XLA CPU"
+    if platform.lower() in ("cuda", "gpu"):
+        return f"{kind} (XLA)"
+    return kind or platform
+
+
+def get_device_properties(device=None):
+    _lazy_init()
+    platform, version, kind, identity = _C.platform()
+    return {"name": get_device_name(device), "platform": platform, "platform_version": version, "plugin": identity}
+
+
+def manual_seed(seed):
+    _C.set_rng(_index(None), int(seed) & 0xFFFF_FFFF_FFFF_FFFF, 0)
+
+
+def manual_seed_all(seed):
+    for i in range(max(device_count(), 1)):
+        _C.set_rng(i, int(seed) & 0xFFFF_FFFF_FFFF_FFFF, 0)
+
+
+def seed():
+    s = torch.seed()  # also reseeds the CPU generator, as torch.cuda.seed draws from it
+    manual_seed(s)
+
+
+def seed_all():
+    s = torch.seed()
+    manual_seed_all(s)
+
+
+def initial_seed():
+    return _C.get_rng(_index(None))[0]
+
+
+def get_rng_state(device="tpu"):
+    seed, offset = _C.get_rng(_index(device))
+    state = torch.tensor([seed, offset], dtype=torch.uint64)
+    return state.view(torch.uint8)
+
+
+def set_rng_state(new_state, device="tpu"):
+    if new_state.dtype != torch.uint8 or new_state.numel() != 16:
+        raise RuntimeError("RNG state must be a torch.ByteTensor of 16 bytes")
+    seed, offset = new_state.contiguous().view(torch.uint64).tolist()
+    _C.set_rng(_index(device), seed, offset)
+
+
+def get_rng_state_all():
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(states):
+    for i, s in enumerate(states):
+        set_rng_state(s, i)
+
+
+def memory_allocated(device=None):
+    """Bytes held by live tensors' device buffers."""
+    return _C.live_bytes()
+
+
+def live_buffers():
+    """Number of live device buffers (for leak checks)."""
+    return _C.live_buffers()
+
+
+def compile_stats():
+    """Executable cache statistics: hits, misses, compile seconds, executions."""
+    return dict(_C.compile_stats())
+
+
+def lowered_ops():
+    """The aten ops with a native lowering."""
+    return list(_C.lowered_ops())

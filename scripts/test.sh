@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs every test: the Rust crates' cargo tests (the PJRT layer and the StableHLO printer run
+# against the CPU plugin) and the Python tests against PyTorch on CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+export PJRT_CPU_PLUGIN="$SITE/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"
+export PJRT_NEWER_CPU_PLUGIN="$SITE/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
+export TORCHTPU_REQUIRE_PLUGINS=1
+export PYO3_PYTHON="$PWD/.venv/bin/python"
+cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
+.venv/bin/python -m pytest -q -x --timeout=900 "$@"

@@ -1,0 +1,101 @@
+"""Checking ops on "tpu" against PyTorch on CPU."""
+import torch
+
+TPU = torch.device("tpu")
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
+INTS = [torch.int64, torch.int32]
+ALL = FLOATS + INTS + [torch.bool]
+
+
+def make(shape, dtype=torch.float32, low=None, high=None):
+    """Random CPU data of a dtype (positive when `low` >= 0)."""
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    if dtype.is_floating_point or dtype.is_complex:
+        lo = -3.0 if low is None else low
+        hi = 3.0 if high is None else high
+        return (torch.rand(shape, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+    lo = -9 if low is None else int(low)
+    hi = 10 if high is None else int(high)
+    return torch.randint(lo, hi, shape, dtype=dtype)
+
+
+def to_tpu(x):
+    if isinstance(x, torch.Tensor):
+        return x.to(TPU)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_tpu(v) for v in x)
+    return x
+
+
+def to_cpu(x):
+    if isinstance(x, torch.Tensor):
+        assert x.device.type == "tpu", f"expected a tpu result, got {x.device}"
+        return x.cpu()
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_cpu(v) for v in x)
+    return x
+
+
+def tolerance(dtype):
+    if dtype in (torch.bfloat16,):
+        return dict(atol=2e-2, rtol=2e-2)
+    if dtype in (torch.float16,):
+        return dict(atol=2e-3, rtol=2e-3)
+    return {}
+
+
+def check(fn, *args, atol=None, rtol=None, **kwargs):
+    """fn(*args) on CPU and on tpu give the same values, dtypes and shapes."""
+    expected = fn(*args, **kwargs)
+    got = to_cpu(fn(*to_tpu(args), **to_tpu(kwargs)))
+    _compare(got, expected, atol, rtol)
+    return got
+
+
+def _compare(got, expected, atol, rtol):
+    if isinstance(expected, (list, tuple)):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _compare(g, e, atol, rtol)
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert got == expected
+        return
+    tol = tolerance(expected.dtype)
+    if atol is not None:
+        tol = dict(atol=atol, rtol=rtol if rtol is not None else atol)
+    torch.testing.assert_close(got, expected, equal_nan=True, **tol)
+
+
+def check_inplace(fn, base, *args, **kwargs):
+    """fn mutates its first argument: compare the mutated tensors."""
+    cpu = base.clone()
+    fn(cpu, *args, **kwargs)
+    dev = base.to(TPU)
+    fn(dev, *to_tpu(args), **to_tpu(kwargs))
+    _compare(dev.cpu(), cpu, None, None)
+
+
+def views(t):
+    """Non-contiguous views of a >= 2-d CPU tensor with the same logical shape family."""
+    yield "transposed", lambda x: x.transpose(0, 1)
+    yield "stepped", lambda x: x[::2]
+    yield "expanded", lambda x: x[:1].expand(x.shape)
+
+
+def check_error(fn, *args, **kwargs):
+    """fn raises the same exception class on tpu as on CPU."""
+    try:
+        fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        cls = type(e)
+    else:
+        raise AssertionError("expected the CPU call to raise")
+    try:
+        fn(*to_tpu(args), **to_tpu(kwargs))
+    except Exception as e:  # noqa: BLE001
+        assert isinstance(e, cls), f"tpu raised {type(e).__name__}: {e}; CPU raised {cls.__name__}"
+        return e
+    raise AssertionError(f"tpu did not raise; CPU raised {cls.__name__}")
