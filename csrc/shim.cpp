@@ -5,7 +5,6 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
-#include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
@@ -142,7 +141,6 @@ struct TpuGenerator final : c10::GeneratorImpl {
 };
 
 at::Generator make_generator(c10::DeviceIndex index) { return at::make_generator<TpuGenerator>(index); }
-REGISTER_GENERATOR_PRIVATEUSE1(make_generator)
 
 std::vector<at::Generator>& default_generators() {
   static std::vector<at::Generator> gens = [] {

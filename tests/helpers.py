@@ -16,7 +16,7 @@ def make(shape, dtype=torch.float32, low=None, high=None):
         lo = -3.0 if low is None else low
         hi = 3.0 if high is None else high
         return (torch.rand(shape, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
-    lo = -9 if low is None else int(low)
+    lo = (0 if dtype == torch.uint8 else -9) if low is None else int(low)
     hi = 10 if high is None else int(high)
     return torch.randint(lo, hi, shape, dtype=dtype)
 

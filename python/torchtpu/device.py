@@ -18,6 +18,10 @@ def _lazy_init():
     _C.init()
 
 
+def _is_in_bad_fork():
+    return False
+
+
 def is_initialized():
     return _C.is_initialized()
 

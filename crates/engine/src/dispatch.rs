@@ -259,26 +259,86 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     for a in args {
         scan.arg(a, lowering.specialize_floats);
     }
-    let entry = match engine.cache.get(scan.key.as_slice()) {
-        Some(e) => {
-            engine.stats.hits += 1;
-            e.clone()
-        }
-        None => {
-            let t0 = Instant::now();
-            let built = build(&info, &lowering, args, &scan)?;
-            let entry = match built {
-                Built::Entry(e) => Arc::new(e),
-                Built::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
+    // A data-dependent size is computed by its own program and read back first.
+    let size = match lowering.size {
+        None => None,
+        Some(size_fn) => {
+            let mut key = scan.key.clone();
+            key.push(SIZE_PROGRAM);
+            let entry = match lookup(engine, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
+                Looked::Entry(e) => e,
+                Looked::Resize(..) => unreachable!("size programs write nothing"),
             };
-            engine.stats.misses += 1;
-            engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
-            engine.cache.insert(scan.key.clone().into_boxed_slice(), entry.clone());
-            entry
+            let n = read_count(run(&entry, args, &scan)?)?;
+            scan.key.push(n as u64);
+            Some(n)
         }
+    };
+    let key = std::mem::take(&mut scan.key);
+    let sizing = size.map_or(Sizing::None, Sizing::Known);
+    let entry = match lookup(engine, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
+        Looked::Entry(e) => e,
+        Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
     run(&entry, args, &scan).map(CallResult::Done)
+}
+
+const SIZE_PROGRAM: u64 = u64::MAX - 1;
+
+/// Whether a program is a size program, or is given the size one computed.
+#[derive(Copy, Clone)]
+enum Sizing {
+    None,
+    Program,
+    Known(i64),
+}
+
+enum Looked {
+    Entry(Arc<Entry>),
+    Resize(usize, Vec<i64>),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lookup(
+    engine: &mut Engine,
+    key: &[u64],
+    info: &OpInfo,
+    f: lowerings::LowerFn,
+    specialize: bool,
+    args: &[TtArg],
+    scan: &Scan,
+    sizing: Sizing,
+) -> Result<Looked, Error> {
+    if let Some(e) = engine.cache.get(key) {
+        engine.stats.hits += 1;
+        return Ok(Looked::Entry(e.clone()));
+    }
+    let t0 = Instant::now();
+    let entry = match build(info, f, specialize, args, scan, sizing)? {
+        Built::Entry(e) => Arc::new(e),
+        Built::Resize(i, dims) => return Ok(Looked::Resize(i, dims)),
+    };
+    engine.stats.misses += 1;
+    engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
+    engine.cache.insert(key.to_vec().into_boxed_slice(), entry.clone());
+    Ok(Looked::Entry(entry))
+}
+
+/// The number a size program produced (waits for it).
+fn read_count(produced: Vec<Produced>) -> Result<i64, Error> {
+    let Some(Produced::Tensor { cell, dtype, .. }) = produced.into_iter().next() else {
+        return Err(Error::runtime("torchtpu: a size program must return one tensor"));
+    };
+    let cell = unsafe { Box::from_raw(cell) };
+    let s = unsafe { cell.get() }.as_ref().expect("a produced cell holds a buffer");
+    let mut bytes = vec![0u8; dtype.size()];
+    s.buf.buf.to_host(&mut bytes)?;
+    Ok(match dtype {
+        DType::I64 => i64::from_le_bytes(bytes.try_into().unwrap()),
+        DType::I32 => i32::from_le_bytes(bytes.try_into().unwrap()) as i64,
+        _ => return Err(Error::runtime("torchtpu: a size program must return an int64 or int32 scalar")),
+    })
 }
 
 // ---- building a program -----------------------------------------------------------------------
@@ -436,16 +496,8 @@ impl Builder<'_> {
     }
 }
 
-fn build(info: &OpInfo, lowering: &Lowering, args: &[TtArg], scan: &Scan) -> Result<Built, Error> {
-    let mut b = Builder {
-        cx: Cx::new(),
-        feeds: Vec::new(),
-        scan,
-        bases: Vec::new(),
-        written: Vec::new(),
-        next_float: 0,
-        specialize: lowering.specialize_floats,
-    };
+fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, sizing: Sizing) -> Result<Built, Error> {
+    let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
     let mut values = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
         if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
@@ -456,11 +508,17 @@ fn build(info: &OpInfo, lowering: &Lowering, args: &[TtArg], scan: &Scan) -> Res
         }
         values.push(b.arg(i as u32, -1, a)?);
     }
-    let lowered = (lowering.f)(&mut b.cx, &Args { op: &info.base, names: &info.arg_names, values: &values }).map_err(Error::Torch)?;
+    let mut names = std::borrow::Cow::Borrowed(&info.arg_names[..]);
+    if let Sizing::Known(n) = sizing {
+        names.to_mut().push("__size".to_string());
+        values.push(Arg::Int(n));
+    }
+    let lowered = f(&mut b.cx, &Args { op: &info.base, names: &names, values: &values }).map_err(Error::Torch)?;
 
     // The first outputs go to the written arguments, in order; the rest are returned.
     let mut outs = lowered.into_iter();
-    for &w in &info.write_args {
+    let write_args = if matches!(sizing, Sizing::Program) { &[][..] } else { &info.write_args[..] };
+    for &w in write_args {
         let a = &args[w];
         match a.kind {
             TT_NONE => continue,

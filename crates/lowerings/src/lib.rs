@@ -40,6 +40,10 @@ pub struct Lowering {
     /// Compile float arguments in (their values become part of the cache key) because the
     /// lowering needs them to decide the program's structure.
     pub specialize_floats: bool,
+    /// For ops whose output size depends on the data (nonzero, masked_select, unique): a first
+    /// program computing that size as a 0-d int64 tensor. The engine runs it, reads the number
+    /// and passes it to `f` as the int argument `__size`.
+    pub size: Option<LowerFn>,
 }
 
 pub struct Registry {
@@ -47,14 +51,22 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn add(&mut self, name: &'static str, f: LowerFn) {
-        let old = self.map.insert(name, Lowering { f, specialize_floats: false });
+    fn insert(&mut self, name: &'static str, l: Lowering) {
+        let old = self.map.insert(name, l);
         assert!(old.is_none(), "lowering {name} registered twice");
     }
 
+    pub fn add(&mut self, name: &'static str, f: LowerFn) {
+        self.insert(name, Lowering { f, specialize_floats: false, size: None });
+    }
+
     pub fn add_specialized(&mut self, name: &'static str, f: LowerFn) {
-        let old = self.map.insert(name, Lowering { f, specialize_floats: true });
-        assert!(old.is_none(), "lowering {name} registered twice");
+        self.insert(name, Lowering { f, specialize_floats: true, size: None });
+    }
+
+    /// An op with a data-dependent output size (see `Lowering::size`).
+    pub fn add_sized(&mut self, name: &'static str, size: LowerFn, f: LowerFn) {
+        self.insert(name, Lowering { f, specialize_floats: false, size: Some(size) });
     }
 
     pub fn get(&self, base: &str) -> Option<&Lowering> {
