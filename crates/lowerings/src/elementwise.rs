@@ -365,12 +365,8 @@ fn pow(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             check!(e >= 0, Runtime, "Integers to negative integer powers are not allowed.");
         }
     }
+    check!(dt != DType::Bool, NotImplemented, "\"pow\" not implemented for 'Bool'");
     let (a, b) = pair(cx, x, y, dt)?;
-    if dt == DType::Bool {
-        // true ** anything = true, false ** 0 = true.
-        let nb = cx.not(b);
-        return one(cx.or(a, nb));
-    }
     one(cx.pow(a, b))
 }
 
@@ -441,14 +437,14 @@ fn logical_not(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn bitwise(cx: &mut Cx, args: &Args, f: fn(&mut Cx, Value, Value) -> Value) -> Result<Vec<Out>> {
     let (x, y, dt) = operands(args, "self", "other")?;
-    check!(dt.is_integral(), Runtime, "\"bitwise_cpu\" not implemented for '{}'", dt.torch_name());
+    check!(dt.is_integral(), NotImplemented, "\"bitwise_cpu\" not implemented for '{}'", dt.torch_name());
     let (a, b) = pair(cx, x, y, dt)?;
     one(f(cx, a, b))
 }
 
 fn bitwise_not(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype.is_integral(), Runtime, "\"bitwise_not_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    check!(x.dtype.is_integral(), NotImplemented, "\"bitwise_not_cpu\" not implemented for '{}'", x.dtype.torch_name());
     one(cx.not(x.v))
 }
 
@@ -465,7 +461,7 @@ fn float_unary(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value
 /// A float op with no integer version in PyTorch.
 fn float_only(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype.is_float(), Runtime, "\"{}_cpu\" not implemented for '{}'", args.op, x.dtype.torch_name());
+    check!(x.dtype.is_float(), NotImplemented, "\"{}_cpu\" not implemented for '{}'", args.op, x.dtype.torch_name());
     one(f(cx, x.v))
 }
 
@@ -493,6 +489,7 @@ fn trunc_value(cx: &mut Cx, x: Value) -> Value {
 /// Rounding ops are the identity on integers.
 fn rounding(cx: &mut Cx, args: &Args, f: fn(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
+    check!(x.dtype != DType::Bool, NotImplemented, "\"{}_vml_cpu\" not implemented for 'Bool'", args.op);
     if x.dtype.is_integral() {
         return one(x.v);
     }
@@ -501,6 +498,7 @@ fn rounding(cx: &mut Cx, args: &Args, f: fn(&mut Cx, Value) -> Value) -> Result<
 
 fn round(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
+    check!(x.dtype != DType::Bool, NotImplemented, "\"round_vml_cpu\" not implemented for 'Bool'");
     let decimals = args.int_or("decimals", 0)?;
     if x.dtype.is_integral() && decimals == 0 {
         return one(x.v);
@@ -530,7 +528,8 @@ fn neg(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn abs(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    if x.dtype == DType::Bool || x.dtype.is_unsigned() {
+    check!(x.dtype != DType::Bool, NotImplemented, "\"abs_cpu\" not implemented for 'Bool'");
+    if x.dtype.is_unsigned() {
         return one(x.v);
     }
     one(cx.abs(x.v))
@@ -541,7 +540,14 @@ fn sign(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if x.dtype == DType::Bool {
         return one(x.v);
     }
-    one(cx.sign(x.v))
+    let s = cx.sign(x.v);
+    if !x.dtype.is_float() {
+        return one(s);
+    }
+    // PyTorch: sign(nan) = 0.
+    let nan = is_nan(cx, x.v);
+    let zero = cx.full(0.0, x.dtype, &cx.dims(x.v));
+    one(cx.select(nan, zero, s))
 }
 
 // ---- selection and clamping -------------------------------------------------------------------
@@ -568,7 +574,7 @@ fn clamp_values(cx: &mut Cx, args: &Args, lo: Option<Operand>, hi: Option<Operan
     let mut ops = vec![(x.dtype, x.rank)];
     ops.extend(lo.iter().chain(hi.iter()).map(|o| o.promo()));
     let dt = result_type(&ops).unwrap();
-    check!(dt != DType::Bool, Runtime, "\"clamp_cpu\" not implemented for 'Bool'");
+    check!(dt != DType::Bool, NotImplemented, "\"clamp_cpu\" not implemented for 'Bool'");
     let mut vals = vec![cx.cast(x.v, dt)];
     for o in lo.iter().chain(hi.iter()) {
         vals.push(o.value(cx, dt));
@@ -642,7 +648,7 @@ fn masked_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype != DType::Bool, Runtime, "\"clamp_min_cpu\" not implemented for 'Bool'");
+    check!(x.dtype != DType::Bool, NotImplemented, "\"clamp_min_cpu\" not implemented for 'Bool'");
     let zero = cx.full(0.0, x.dtype, &cx.dims(x.v));
     let neg = cx.compare(CmpDir::Lt, x.v, zero);
     one(cx.select(neg, zero, x.v))
@@ -650,7 +656,7 @@ fn relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn gelu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype.is_float(), Runtime, "GeluKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
+    check!(x.dtype.is_float(), NotImplemented, "\"GeluKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
     let approximate = args.str("approximate")?.unwrap_or("none");
     let (dt, dims) = (x.dtype, cx.dims(x.v));
     let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
@@ -681,7 +687,7 @@ fn gelu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn silu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype.is_float() || x.dtype.is_complex(), Runtime, "\"silu_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    check!(x.dtype.is_float() || x.dtype.is_complex(), NotImplemented, "\"silu_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let s = cx.logistic(x.v);
     one(cx.mul(x.v, s))
 }

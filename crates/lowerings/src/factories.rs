@@ -15,9 +15,11 @@ pub fn register(r: &mut Registry) {
     r.add("_to_copy", to_copy);
     r.add_specialized("arange", arange);
     r.add_specialized("linspace", linspace);
-    r.add("uniform", uniform);
-    r.add("normal", normal);
-    r.add("bernoulli", bernoulli);
+    // Their float arguments are validated (std >= 0, 0 <= p <= 1), so their values are part of
+    // the cache key: a cached program must never skip a check.
+    r.add_specialized("uniform", uniform);
+    r.add_specialized("normal", normal);
+    r.add_specialized("bernoulli", bernoulli);
     r.add("random", random);
 }
 
@@ -178,10 +180,17 @@ fn uniform01(cx: &mut Cx, args: &Args, dims: &[i64], double: bool) -> Result<Val
 
 fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = target(args)?;
-    check!(x.dtype.is_float(), Runtime, "\"uniform_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    check!(x.dtype.is_float(), NotImplemented, "\"uniform_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let dims = cx.dims(x.v);
     let from = args.opt_scalar("from")?.unwrap_or(Scalar::Int(0));
     let to = args.opt_scalar("to")?.unwrap_or(Scalar::Int(1));
+    check!(
+        scalar_f64(from) <= scalar_f64(to),
+        Runtime,
+        "uniform_ expects to return a [from, to) range, but found from={} > to={}",
+        scalar_f64(from),
+        scalar_f64(to)
+    );
     let double = x.dtype == DType::F64;
     let acc = if double { DType::F64 } else { DType::F32 };
     let u = uniform01(cx, args, &dims, double)?;
@@ -195,12 +204,12 @@ fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = target(args)?;
-    check!(x.dtype.is_float(), Runtime, "\"normal_kernel_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    check!(x.dtype.is_float(), NotImplemented, "\"normal_kernel_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let dims = cx.dims(x.v);
     let mean = args.opt_scalar("mean")?.unwrap_or(Scalar::Int(0));
     let std = args.opt_scalar("std")?.unwrap_or(Scalar::Int(1));
     if let Scalar::Float(f) = std {
-        check!(f.slot.is_some() || f.value >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", f.value);
+        check!(f.value >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", f.value);
     }
     if let Scalar::Int(i) = std {
         check!(i >= 0, Runtime, "normal expects std >= 0.0, but found std {}", i);
@@ -242,13 +251,13 @@ fn bernoulli(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             cx.broadcast_to(p, &dims)
         }
         Some(Arg::None) | None => {
-            check!(x.dtype.is_float(), Runtime, "\"bernoulli_tensor_cpu_self_\" not implemented for '{}'", x.dtype.torch_name());
+            check!(x.dtype.is_float(), NotImplemented, "\"bernoulli_tensor_cpu_self_\" not implemented for '{}'", x.dtype.torch_name());
             cx.cast(x.v, DType::F32)
         }
         _ => {
             let s = args.scalar("p")?;
             if let Scalar::Float(f) = s {
-                check!(f.slot.is_some() || (0.0..=1.0).contains(&f.value), Runtime, "bernoulli_ expects p to be in [0, 1], but got p={}", f.value);
+                check!((0.0..=1.0).contains(&f.value), Runtime, "bernoulli_ expects p to be in [0, 1], but got p={}", f.value);
             }
             cx.scalar_like(s, DType::F32, &dims)
         }

@@ -1,0 +1,96 @@
+"""Factories, casts and random fills on "tpu"."""
+import pytest
+import torch
+from helpers import ALL, TPU, check, make
+
+
+@pytest.mark.parametrize("dtype", ALL + [torch.float64, torch.int8, torch.uint8])
+def test_constant_factories(dtype):
+    for shape in [(), (0,), (3,), (2, 3)]:
+        torch.testing.assert_close(torch.zeros(shape, dtype=dtype, device="tpu").cpu(), torch.zeros(shape, dtype=dtype))
+        torch.testing.assert_close(torch.ones(shape, dtype=dtype, device="tpu").cpu(), torch.ones(shape, dtype=dtype))
+        v = True if dtype == torch.bool else 3
+        torch.testing.assert_close(torch.full(shape, v, dtype=dtype, device="tpu").cpu(), torch.full(shape, v, dtype=dtype))
+    e = torch.empty(4, 5, dtype=dtype, device="tpu")
+    assert e.shape == (4, 5) and e.dtype == dtype and e.device.type == "tpu"
+    assert torch.empty_strided((2, 3), (1, 2), device="tpu").stride() == (1, 2)
+
+
+def test_like_factories():
+    x = make((3, 4)).to(TPU)
+    assert torch.zeros_like(x).cpu().sum() == 0
+    torch.testing.assert_close(torch.ones_like(x, dtype=torch.int32).cpu(), torch.ones(3, 4, dtype=torch.int32))
+    torch.testing.assert_close(torch.full_like(x, 2.5).cpu(), torch.full((3, 4), 2.5))
+
+
+@pytest.mark.parametrize("args", [(5,), (2, 9), (0, 1, 0.25), (10, 0, -3), (-2.5, 2.5, 0.5), (1, 1)])
+def test_arange(args):
+    torch.testing.assert_close(torch.arange(*args, device="tpu").cpu(), torch.arange(*args))
+    torch.testing.assert_close(torch.arange(*args, dtype=torch.float32, device="tpu").cpu(),
+                               torch.arange(*args, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("args", [(0, 1, 5), (-3, 7, 11), (2, 2, 1), (0, 1, 0), (0, 10, 4)])
+def test_linspace(args):
+    torch.testing.assert_close(torch.linspace(*args, device="tpu").cpu(), torch.linspace(*args))
+    torch.testing.assert_close(torch.linspace(*args, dtype=torch.int64, device="tpu").cpu(),
+                               torch.linspace(*args, dtype=torch.int64))
+
+
+def test_arange_errors():
+    for args in [(0, 5, 0), (5, 0, 1)]:
+        with pytest.raises(RuntimeError):
+            torch.arange(*args)
+        with pytest.raises(RuntimeError):
+            torch.arange(*args, device="tpu")
+
+
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool,
+                                 torch.uint8, torch.float64])
+@pytest.mark.parametrize("dst", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool,
+                                 torch.uint8, torch.float64])
+def test_casts(src, dst):
+    x = make((4, 5), src, low=0 if src == torch.uint8 else None)
+    if src.is_floating_point and not dst.is_floating_point and dst != torch.bool:
+        x = x.trunc()  # float->int of fractional values is exact either way; keep in range for uint8
+        if dst == torch.uint8:
+            x = x.abs()
+    check(lambda t: t.to(dst), x)
+    check(lambda t: t.t().to(dst), x)
+
+
+def test_random_distributions():
+    torch.manual_seed(0)
+    n = 20000
+    u = torch.rand(n, device="tpu").cpu()
+    assert 0 <= u.min() and u.max() < 1 and abs(u.mean() - 0.5) < 0.02
+    g = torch.randn(n, device="tpu").cpu()
+    assert abs(g.mean()) < 0.03 and abs(g.std() - 1) < 0.03
+    g16 = torch.randn(n, device="tpu", dtype=torch.bfloat16)
+    assert g16.dtype == torch.bfloat16
+    r = torch.randint(3, 9, (n,), device="tpu").cpu()
+    assert r.dtype == torch.int64 and r.min() == 3 and r.max() == 8
+    b = torch.empty(n, device="tpu").bernoulli_(0.25).cpu()
+    assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean() - 0.25) < 0.02
+    p = torch.full((n,), 0.75, device="tpu")
+    assert abs(torch.bernoulli(p).cpu().mean() - 0.75) < 0.02
+    nrm = torch.empty(n, device="tpu").normal_(5, 2).cpu()
+    assert abs(nrm.mean() - 5) < 0.06 and abs(nrm.std() - 2) < 0.06
+    un = torch.empty(n, device="tpu").uniform_(-3, -1).cpu()
+    assert un.min() >= -3 and un.max() < -1
+    # independent draws differ; a generator object works too
+    assert not torch.equal(torch.rand(8, device="tpu").cpu(), torch.rand(8, device="tpu").cpu())
+    gen = torch.Generator(device="tpu")
+    gen.manual_seed(7)
+    a = torch.rand(4, device="tpu", generator=gen).cpu()
+    gen.manual_seed(7)
+    assert torch.equal(torch.rand(4, device="tpu", generator=gen).cpu(), a)
+
+
+def test_random_errors():
+    with pytest.raises(RuntimeError):
+        torch.empty(3, device="tpu").normal_(0, -1)
+    with pytest.raises(RuntimeError):
+        torch.empty(3, device="tpu").bernoulli_(1.5)
+    with pytest.raises(RuntimeError):
+        torch.randint(5, 2, (3,), device="tpu")
