@@ -13,7 +13,6 @@
 #include <torch/library.h>
 
 #include <cstdlib>
-#include <deque>
 #include <mutex>
 #include <unordered_set>
 #include <unordered_map>
@@ -210,15 +209,16 @@ at::Tensor wrap_out(const TtOut& o, c10::DeviceIndex device) {
 
 // ---- encoding a call --------------------------------------------------------------------------
 
-// Keeps what an encoded call points into alive until the call returns.
+// Keeps what an encoded call points into alive until the call returns. Inner vectors keep
+// their heap buffers when the outer ones grow, so pointers into them stay valid; nothing is
+// allocated for calls without lists, strings or host tensors (the common case).
 struct CallFrame {
   std::vector<TtArg> args;
-  std::deque<std::vector<TtArg>> lists;
+  std::vector<std::vector<TtArg>> lists;
   std::vector<at::Tensor> host_copies;
-  std::vector<std::string> strings;
-  std::deque<std::vector<int64_t>> ints;
-  std::deque<std::vector<double>> floats;
-  std::deque<std::vector<uint8_t>> bools;
+  std::vector<std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> floats;
+  std::vector<std::vector<uint8_t>> bools;
   c10::DeviceIndex device = -1;
 };
 
@@ -331,10 +331,11 @@ TtArg encode(CallFrame& f, const c10::IValue& v, const c10::Argument& schema_arg
     a.list.ptr = out.data();
     a.list.len = out.size();
   } else if (v.isString()) {
-    f.strings.push_back(v.toStringRef());
+    // The string lives in the IValue on the stack for the whole call.
+    const std::string& str = v.toStringRef();
     a.kind = TT_STR;
-    a.list.ptr = f.strings.back().data();
-    a.list.len = f.strings.back().size();
+    a.list.ptr = str.data();
+    a.list.len = str.size();
   } else if (v.isGenerator()) {
     a.kind = TT_GENERATOR;
     auto g = v.toGenerator();

@@ -170,3 +170,27 @@ def test_second_cpu_plugin():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "14.0"
+
+
+def test_two_devices():
+    code = (
+        "import torch\n"
+        "assert torch.tpu.device_count() == 2\n"
+        "a = torch.arange(3.0, device='tpu:1')\n"
+        "b = (a * 2 + 1)\n"
+        "assert b.device == torch.device('tpu', 1)\n"
+        "assert b.cpu().tolist() == [1.0, 3.0, 5.0]\n"
+        "with torch.tpu.device(1):\n"
+        "    assert torch.zeros(2, device='tpu').device.index == 1\n"
+        "try:\n"
+        "    a + torch.ones(3, device='tpu:0')\n"
+        "except RuntimeError as e:\n"
+        "    assert 'same device' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('mixing devices must fail')\n"
+        "print('ok')\n"
+    )
+    env = {**__import__("os").environ, "TORCHTPU_CPU_DEVICES": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")

@@ -64,8 +64,13 @@ impl Hasher for KeyHasher {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100000001b3);
+        // Keys are u64 slices, hashed as their bytes: take them a word at a time.
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(b as u64);
         }
     }
     fn write_u64(&mut self, x: u64) {
@@ -153,18 +158,26 @@ impl Scan {
         ((self.cells.len() - 1) as u32, true)
     }
 
-    fn tensor(&mut self, t: &TtTensor) {
+    fn tensor(&mut self, t: &TtTensor) -> Result<(), Error> {
         let sizes = t.sizes();
         if t.is_host() {
             self.key.push(1 << 40 | (t.flags as u64) << 8 | t.dtype as u8 as u64);
             self.key.push(sizes.len() as u64);
             self.key.extend(sizes.iter().map(|&s| s as u64));
-            return;
+            return Ok(());
         }
         let cell = t.cell as *mut Cell;
         let (slot, first) = self.slot(cell);
-        if self.cells.len() == 1 && first {
-            self.device = unsafe { (*cell).device };
+        if first {
+            let device = unsafe { (*cell).device };
+            if self.cells.len() == 1 {
+                self.device = device;
+            } else if device != self.device {
+                return Err(Error::runtime(format!(
+                    "Expected all tensors to be on the same device, but found at least two devices, tpu:{} and tpu:{}!",
+                    self.device, device
+                )));
+            }
         }
         self.key.push(2 << 40 | (slot as u64) << 8 | t.dtype as u8 as u64);
         self.key.push(sizes.len() as u64);
@@ -185,12 +198,13 @@ impl Scan {
                 }
             }
         }
+        Ok(())
     }
 
-    fn arg(&mut self, a: &TtArg, specialize: bool) {
+    fn arg(&mut self, a: &TtArg, specialize: bool) -> Result<(), Error> {
         self.key.push(a.kind as u64);
         match a.kind {
-            TT_TENSOR => self.tensor(a.tensor()),
+            TT_TENSOR => self.tensor(a.tensor())?,
             TT_INT | TT_BOOL | TT_SCALAR_TYPE | TT_OTHER => self.key.push(a.int() as u64),
             TT_FLOAT => {
                 let f = unsafe { a.p.f };
@@ -226,11 +240,12 @@ impl Scan {
                 let items = a.list::<TtArg>();
                 self.key.push(items.len() as u64);
                 for item in items {
-                    self.arg(item, specialize);
+                    self.arg(item, specialize)?;
                 }
             }
             _ => {}
         }
+        Ok(())
     }
 }
 
@@ -254,10 +269,10 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     let info = engine.ops.get(op as usize).cloned().ok_or_else(|| Error::runtime(format!("torchtpu: unknown op id {op}")))?;
     let lowering = info.lowering.ok_or_else(|| Error::NoLowering(no_lowering(&info)))?;
 
-    let mut scan = Scan::default();
+    let mut scan = Scan { key: Vec::with_capacity(64), ..Default::default() };
     scan.key.push(op as u64);
     for a in args {
-        scan.arg(a, lowering.specialize_floats);
+        scan.arg(a, lowering.specialize_floats)?;
     }
     // A data-dependent size is computed by its own program and read back first.
     let size = match lowering.size {

@@ -53,7 +53,8 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
         client.platform_name(),
         client.platform_version()
     );
-    Ok(Runtime { client, devices, compile_options: pjrt::compile_options_proto(1, 1), identity })
+    // Portable executables run on any device of the client: one compiled op serves all devices.
+    Ok(Runtime { client, devices, compile_options: pjrt::portable_compile_options_proto(), identity })
 }
 
 impl Runtime {
