@@ -16,6 +16,7 @@ pub mod error;
 
 mod elementwise;
 mod factories;
+mod reductions;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -87,6 +88,7 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry { map: HashMap::new() };
         elementwise::register(&mut r);
         factories::register(&mut r);
+        reductions::register(&mut r);
         r
     })
 }

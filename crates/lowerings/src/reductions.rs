@@ -1,0 +1,842 @@
+//! Reductions: sum, mean, prod, amax/amin, max/min (full and along a dim, with indices),
+//! argmax/argmin, var/std (and var_mean/std_mean), any/all, logsumexp, vector norms, the
+//! cumulative ops cumsum/cumprod, and sorting (sort, argsort, topk).
+//!
+//! 16-bit floats are reduced in float32 and rounded once at the end, as PyTorch's CPU kernels
+//! accumulate them.
+use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::cx::{wrap_dim, Cx};
+use crate::dtype::{promote, result_type, DType};
+use crate::error::Result;
+use crate::{bail, check, one, Out, Registry};
+use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
+
+pub fn register(r: &mut Registry) {
+    r.add("sum", sum);
+    r.add("mean", mean);
+    r.add("prod", prod);
+    r.add("amax", |cx, a| amax_amin(cx, a, true));
+    r.add("amin", |cx, a| amax_amin(cx, a, false));
+    r.add("max", |cx, a| max_min(cx, a, true));
+    r.add("min", |cx, a| max_min(cx, a, false));
+    r.add("argmax", |cx, a| argmax_argmin(cx, a, true));
+    r.add("argmin", |cx, a| argmax_argmin(cx, a, false));
+    r.add("var", |cx, a| var_std(cx, a, false, false));
+    r.add("std", |cx, a| var_std(cx, a, true, false));
+    r.add("var_mean", |cx, a| var_std(cx, a, false, true));
+    r.add("std_mean", |cx, a| var_std(cx, a, true, true));
+    r.add("any", |cx, a| any_all(cx, a, true));
+    r.add("all", |cx, a| any_all(cx, a, false));
+    r.add("logsumexp", logsumexp);
+    r.add_specialized("linalg_vector_norm", linalg_vector_norm);
+    r.add_specialized("norm", norm);
+    r.add("cumsum", |cx, a| cumulative(cx, a, Red::Sum));
+    r.add("cumprod", |cx, a| cumulative(cx, a, Red::Prod));
+    r.add("sort", sort);
+    r.add("argsort", argsort);
+    r.add("topk", topk);
+}
+
+// ---- shared helpers ---------------------------------------------------------------------------
+
+/// The combining function of a reduction.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Red {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    And,
+    Or,
+}
+
+/// The dtype a reduction of `d` accumulates in: float32 for 16-bit floats.
+pub(crate) fn acc_type(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 | DType::F8E5M2 | DType::F8E4M3FN => DType::F32,
+        d => d,
+    }
+}
+
+/// The identity of `red` for `elem`.
+fn identity(b: &mut Builder, red: Red, elem: ElemType) -> Value {
+    use ElemType::*;
+    match (red, elem) {
+        (Red::Sum, _) | (Red::Or, _) => b.constant_i64(0, elem),
+        (Red::Prod, _) | (Red::And, _) => b.constant_i64(1, elem),
+        (Red::Max, Pred) => b.constant_bool(false),
+        (Red::Min, Pred) => b.constant_bool(true),
+        (Red::Max, e) if e.is_float() => b.constant_f64(f64::NEG_INFINITY, e),
+        (Red::Min, e) if e.is_float() => b.constant_f64(f64::INFINITY, e),
+        (Red::Max, e) => b.constant_i64(int_limit(e, false), e),
+        (Red::Min, e) => b.constant_i64(int_limit(e, true), e),
+    }
+}
+
+/// The largest (or smallest) value of an integer element type, as its i64 bit pattern.
+fn int_limit(e: ElemType, largest: bool) -> i64 {
+    use ElemType::*;
+    match (e, largest) {
+        (I8, true) => i8::MAX as i64,
+        (I8, false) => i8::MIN as i64,
+        (I16, true) => i16::MAX as i64,
+        (I16, false) => i16::MIN as i64,
+        (I32, true) => i32::MAX as i64,
+        (I32, false) => i32::MIN as i64,
+        (I64, true) => i64::MAX,
+        (I64, false) => i64::MIN,
+        (U8, true) => u8::MAX as i64,
+        (U16, true) => u16::MAX as i64,
+        (U32, true) => u32::MAX as i64,
+        (U64, true) => -1, // all ones
+        (_, false) => 0,
+        (other, _) => panic!("int_limit: {other} is not an integer type"),
+    }
+}
+
+fn combine(b: &mut Builder, red: Red, x: Value, y: Value) -> Value {
+    let pred = b.elem(x) == ElemType::Pred;
+    match red {
+        Red::Sum if pred => b.or(x, y),
+        Red::Prod if pred => b.and(x, y),
+        Red::Max if pred => b.or(x, y),
+        Red::Min if pred => b.and(x, y),
+        Red::Sum => b.add(x, y),
+        Red::Prod => b.mul(x, y),
+        Red::Max | Red::Min => {
+            let m = if red == Red::Max { b.max(x, y) } else { b.min(x, y) };
+            if !b.elem(x).is_float() {
+                return m;
+            }
+            // XLA's CPU reductions may drop NaNs; PyTorch propagates them.
+            let y_nan = b.compare(CmpDir::Ne, y, y);
+            let m = b.select(y_nan, y, m);
+            let x_nan = b.compare(CmpDir::Ne, x, x);
+            b.select(x_nan, x, m)
+        }
+        Red::And => b.and(x, y),
+        Red::Or => b.or(x, y),
+    }
+}
+
+/// Reduces `dims` of `v` away with `red` (no dims: `v` itself).
+pub(crate) fn reduce(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Value {
+    if dims.is_empty() {
+        return v;
+    }
+    let elem = cx.elem(v);
+    let init = identity(cx, red, elem);
+    cx.reduce(&[v], &[init], dims, move |b, a| vec![combine(b, red, a[0], a[1])])[0]
+}
+
+/// The reduced dims named by an `int[1]? dim` argument: None (or, unless `empty_is_none`, an
+/// empty list) means every dim. Dims are wrapped, and repeats are an error as in PyTorch.
+pub(crate) fn reduce_dims(dim: Option<Vec<i64>>, ndim: usize, empty_is_none: bool) -> Result<Vec<i64>> {
+    let dim = match dim {
+        None => return Ok((0..ndim as i64).collect()),
+        Some(d) if d.is_empty() && !empty_is_none => return Ok((0..ndim as i64).collect()),
+        Some(d) => d,
+    };
+    let mut out: Vec<i64> = Vec::new();
+    let mut seen = vec![false; ndim.max(1)];
+    for d in dim {
+        let w = wrap_dim(d, ndim)?;
+        check!(!seen[w], Runtime, "dim {} appears multiple times in the list of dims", w);
+        seen[w] = true;
+        if w < ndim {
+            out.push(w as i64);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// `in_dims` with the reduced dims removed, or kept as 1s.
+pub(crate) fn reduced_shape(in_dims: &[i64], dims: &[i64], keepdim: bool) -> Vec<i64> {
+    (0..in_dims.len())
+        .filter_map(|i| {
+            if dims.contains(&(i as i64)) {
+                if keepdim {
+                    Some(1)
+                } else {
+                    None
+                }
+            } else {
+                Some(in_dims[i])
+            }
+        })
+        .collect()
+}
+
+/// Reshape a reduced value to keep the reduced dims as 1s when `keepdim`.
+pub(crate) fn keep(cx: &mut Cx, v: Value, in_dims: &[i64], dims: &[i64], keepdim: bool) -> Value {
+    if keepdim {
+        let shape = reduced_shape(in_dims, dims, true);
+        cx.reshape(v, &shape)
+    } else {
+        v
+    }
+}
+
+/// A value of shape `reduced_shape(in_dims, dims, false)` broadcast back to `in_dims`.
+pub(crate) fn unreduce(cx: &mut Cx, v: Value, in_dims: &[i64], dims: &[i64]) -> Value {
+    let kept: Vec<i64> = (0..in_dims.len() as i64).filter(|d| !dims.contains(d)).collect();
+    cx.broadcast_in_dim(v, in_dims, &kept)
+}
+
+/// The number of elements each output of a reduction over `dims` combines.
+fn reduced_count(in_dims: &[i64], dims: &[i64]) -> i64 {
+    dims.iter().map(|&d| in_dims[d as usize]).product()
+}
+
+/// PyTorch's zero_numel_check_dims: reductions without an identity over empty inputs.
+fn zero_numel_check(cx: &Cx, x: &Tensor, dims: Option<&[i64]>, fname: &str) -> Result<()> {
+    if cx.numel(x.v) != 0 {
+        return Ok(());
+    }
+    let in_dims = cx.dims(x.v);
+    let dims = match dims {
+        Some(d) if !d.is_empty() => d,
+        _ => bail!(
+            Runtime,
+            "{}: Expected reduction dim to be specified for input.numel() == 0. Specify the reduction dim with the 'dim' argument.",
+            fname
+        ),
+    };
+    for &d in dims {
+        if in_dims.is_empty() {
+            check!(d == 0 || d == -1, Index, "{}: Expected reduction dim -1 or 0 for scalar but got {}", fname, d);
+        } else {
+            let w = wrap_dim(d, in_dims.len())?;
+            check!(in_dims[w] != 0, Index, "{}: Expected reduction dim {} to have non-zero size.", fname, d);
+        }
+    }
+    Ok(())
+}
+
+/// The dtype of sum/prod/cumsum: `dtype=`, else an out= tensor's, else int64 for integral
+/// inputs and the input's own.
+fn sum_dtype(args: &Args, x: &Tensor, out_name: &str) -> Result<DType> {
+    if let Some(d) = opt_dtype(args, "dtype")? {
+        return Ok(d);
+    }
+    if let Some(o) = args.opt_tensor(out_name)? {
+        return Ok(o.dtype);
+    }
+    Ok(if x.dtype.is_integral() { DType::I64 } else { x.dtype })
+}
+
+/// A `ScalarType?` argument. The shim currently encodes ScalarType values as plain ints (it
+/// reads the schema's fake type), so accept both forms.
+pub(crate) fn opt_dtype(args: &Args, name: &str) -> Result<Option<DType>> {
+    match args.get(name) {
+        Some(Arg::Int(code)) => match i8::try_from(*code).ok().and_then(DType::from_code) {
+            Some(d) => Ok(Some(d)),
+            None => bail!(Type, "{}(): unsupported dtype code {} for argument '{}'", args.op, code, name),
+        },
+        _ => args.dtype(name),
+    }
+}
+
+/// The element-type name PyTorch's out= dtype checks print (caffe2 TypeMeta names).
+fn meta_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::F16 => "c10::Half",
+        DType::BF16 => "c10::BFloat16",
+        DType::I64 => "long int",
+        DType::I32 => "int",
+        DType::I16 => "short int",
+        DType::I8 => "signed char",
+        DType::U8 => "unsigned char",
+        DType::Bool => "bool",
+        d => d.torch_name(),
+    }
+}
+
+fn no_complex(x: &Tensor, op: &str) -> Result<()> {
+    check!(!x.dtype.is_complex(), NotImplemented, "{}: complex tensors are not supported on tpu yet", op);
+    Ok(())
+}
+
+// ---- sum, mean, prod ----------------------------------------------------------------------------
+
+/// sum(self, dtype), sum.dim_IntList(self, dim, keepdim, dtype) and their out= forms.
+fn sum(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dt = sum_dtype(args, &x, "out")?;
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    // PyTorch converts the input to the result dtype, then accumulates (16-bit floats in f32).
+    let v = cx.cast(x.v, dt);
+    let v = cx.cast(v, acc_type(dt));
+    let r = reduce(cx, v, &dims, Red::Sum);
+    let r = cx.cast(r, dt);
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+/// mean(self, dtype), mean.dim(self, dim, keepdim, dtype), mean.out, mean.dtype_out.
+fn mean(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dt = match opt_dtype(args, "dtype")? {
+        Some(d) => {
+            check!(
+                d.is_float() || d.is_complex(),
+                Runtime,
+                "mean(): could not infer output dtype. Optional dtype must be either a floating point or complex dtype. Got: {}",
+                d.torch_name()
+            );
+            d
+        }
+        None => {
+            check!(
+                x.dtype.is_float() || x.dtype.is_complex(),
+                Runtime,
+                "mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: {}",
+                x.dtype.torch_name()
+            );
+            x.dtype
+        }
+    };
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let r = mean_values(cx, x.v, &in_dims, &dims, acc_type(dt));
+    let r = cx.cast(r, dt);
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+/// The mean of `v` over `dims`, computed in `acc` (empty reductions give NaN).
+fn mean_values(cx: &mut Cx, v: Value, in_dims: &[i64], dims: &[i64], acc: DType) -> Value {
+    let v = cx.cast(v, acc);
+    let s = reduce(cx, v, dims, Red::Sum);
+    let n = cx.full(reduced_count(in_dims, dims) as f64, acc, &cx.dims(s));
+    cx.div(s, n)
+}
+
+/// prod(self, dtype), prod.dim_int(self, dim, keepdim, dtype), prod.int_out, prod.out.
+fn prod(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dt = sum_dtype(args, &x, "out")?;
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let v = cx.cast(x.v, dt);
+    let v = cx.cast(v, acc_type(dt));
+    let r = reduce(cx, v, &dims, Red::Prod);
+    let r = cx.cast(r, dt);
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+// ---- extremes -----------------------------------------------------------------------------------
+
+/// amax/amin(self, dim=[], keepdim): NaN propagates; no identity, so empty reductions fail.
+fn amax_amin(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let name = if is_max { "amax()" } else { "amin()" };
+    no_complex(&x, name)?;
+    if let Some(o) = args.opt_tensor("out")? {
+        check!(
+            o.dtype == x.dtype,
+            Runtime,
+            "Expected the dtype for input and out to match, but got {} for input's dtype and {} for out's dtype.",
+            x.dtype.torch_name(),
+            o.dtype.torch_name()
+        );
+    }
+    let raw = args.opt_ints("dim")?.unwrap_or_default();
+    zero_numel_check(cx, &x, Some(&raw), name)?;
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(Some(raw), in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let r = reduce(cx, x.v, &dims, if is_max { Red::Max } else { Red::Min });
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+/// max/min: the full reduction max(self) (and max.unary_out), the reduction along one dim
+/// max.dim(self, dim, keepdim) -> (values, indices), and the binary max.out(self, other).
+fn max_min(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let name = if is_max { "max()" } else { "min()" };
+    if args.has("other") {
+        let y = args.tensor("other")?;
+        let dt = result_type(&[(x.dtype, x.rank), (y.dtype, y.rank)]).unwrap();
+        check!(!dt.is_complex(), Runtime, "{} not implemented for complex tensors.", if is_max { "maximum" } else { "minimum" });
+        let a = cx.cast(x.v, dt);
+        let b = cx.cast(y.v, dt);
+        let vs = cx.broadcast_all(&[a, b])?;
+        return one(crate::elementwise::nan_min_max(cx, vs[0], vs[1], is_max));
+    }
+    no_complex(&x, name)?;
+    let in_dims = cx.dims(x.v);
+    let Some(dim) = args.opt_int("dim")? else {
+        zero_numel_check(cx, &x, None, name)?;
+        let all: Vec<i64> = (0..in_dims.len() as i64).collect();
+        return one(reduce(cx, x.v, &all, if is_max { Red::Max } else { Red::Min }));
+    };
+    // max.dim_max names its outputs (max, max_values), min.dim_min (min, min_indices).
+    let (vname, iname) = if is_max { ("max", "max_values") } else { ("min", "min_indices") };
+    if let Some(o) = args.opt_tensor(vname)? {
+        check!(
+            o.dtype == x.dtype,
+            Runtime,
+            "Expected out tensor to have dtype {}, but got {} instead",
+            meta_name(x.dtype),
+            meta_name(o.dtype)
+        );
+    }
+    if let Some(o) = args.opt_tensor(iname)? {
+        check!(
+            o.dtype == DType::I64,
+            Runtime,
+            "Expected out tensor to have dtype long int, but got {} instead",
+            meta_name(o.dtype)
+        );
+    }
+    zero_numel_check(cx, &x, Some(&[dim]), name)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let d = wrap_dim(dim, in_dims.len())?;
+    let (v, i) = arg_reduce(cx, x.v, d, is_max);
+    let dims: Vec<i64> = if in_dims.is_empty() { vec![] } else { vec![d as i64] };
+    let v = keep(cx, v, &in_dims, &dims, keepdim);
+    let i = keep(cx, i, &in_dims, &dims, keepdim);
+    Ok(vec![Out::Tensor(v), Out::Tensor(i)])
+}
+
+/// The extreme value along `dim` and its first index (int64); NaN counts as the extreme.
+/// A 0-d input gives itself and index 0.
+fn arg_reduce(cx: &mut Cx, v: Value, dim: usize, is_max: bool) -> (Value, Value) {
+    let in_dims = cx.dims(v);
+    if in_dims.is_empty() {
+        let z = cx.constant_i64(0, ElemType::I64);
+        return (v, z);
+    }
+    let elem = cx.elem(v);
+    let idx = cx.iota(&TensorType::new(ElemType::I64, &in_dims), dim as i64);
+    let init_v = identity(cx, if is_max { Red::Max } else { Red::Min }, elem);
+    let init_i = cx.constant_i64(i64::MAX, ElemType::I64);
+    let r = cx.reduce(&[v, idx], &[init_v, init_i], &[dim as i64], move |b, a| {
+        let (av, bv, ai, bi) = (a[0], a[2], a[1], a[3]);
+        let better = b.compare(if is_max { CmpDir::Gt } else { CmpDir::Lt }, av, bv);
+        let mut eq = b.compare(CmpDir::Eq, av, bv);
+        let mut better = better;
+        if elem.is_float() {
+            let an = b.compare(CmpDir::Ne, av, av);
+            let bn = b.compare(CmpDir::Ne, bv, bv);
+            let nbn = b.not(bn);
+            let a_nan_only = b.and(an, nbn);
+            better = b.or(better, a_nan_only);
+            let both = b.and(an, bn);
+            eq = b.or(eq, both);
+        }
+        let first = b.compare(CmpDir::Lt, ai, bi);
+        let tie = b.and(eq, first);
+        let pick = b.or(better, tie);
+        let v = b.select(pick, av, bv);
+        let i = b.select(pick, ai, bi);
+        vec![v, i]
+    });
+    (r[0], r[1])
+}
+
+/// argmax/argmin(self, dim=None, keepdim): dim=None looks at the flattened input.
+fn argmax_argmin(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let name = if is_max { "argmax()" } else { "argmin()" };
+    check!(x.dtype != DType::Bool, Runtime, "{}: does not support bool input", if is_max { "argmax" } else { "argmin" });
+    no_complex(&x, name)?;
+    let in_dims = cx.dims(x.v);
+    let keepdim = args.bool_or("keepdim", false)?;
+    match args.opt_int("dim")? {
+        None => {
+            check!(
+                cx.numel(x.v) != 0,
+                Index,
+                "{}: Expected reduction dim to be specified for input.numel() == 0.",
+                name
+            );
+            let n = cx.numel(x.v);
+            let flat = cx.reshape(x.v, &[n]);
+            let (_, i) = arg_reduce(cx, flat, 0, is_max);
+            if keepdim {
+                let ones = vec![1; in_dims.len()];
+                return one(cx.reshape(i, &ones));
+            }
+            one(i)
+        }
+        Some(dim) => {
+            zero_numel_check(cx, &x, Some(&[dim]), name)?;
+            let d = wrap_dim(dim, in_dims.len())?;
+            let (_, i) = arg_reduce(cx, x.v, d, is_max);
+            let dims: Vec<i64> = if in_dims.is_empty() { vec![] } else { vec![d as i64] };
+            one(keep(cx, i, &in_dims, &dims, keepdim))
+        }
+    }
+}
+
+// ---- var, std -----------------------------------------------------------------------------------
+
+/// var/std (and var_mean/std_mean) in their unbiased= and correction= forms.
+fn var_std(cx: &mut Cx, args: &Args, take_sqrt: bool, with_mean: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        x.dtype.is_float() || x.dtype.is_complex(),
+        Runtime,
+        "std and var only support floating point and complex dtypes"
+    );
+    no_complex(&x, if take_sqrt { "std" } else { "var" })?;
+    let correction = match args.opt_scalar("correction")? {
+        Some(c) => c,
+        None => Scalar::Int(args.bool_or("unbiased", true)? as i64),
+    };
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let acc = acc_type(x.dtype);
+    let v = cx.cast(x.v, acc);
+    let m = mean_values(cx, v, &in_dims, &dims, acc);
+    let mb = unreduce(cx, m, &in_dims, &dims);
+    let d = cx.sub(v, mb);
+    let d2 = cx.mul(d, d);
+    let m2 = reduce(cx, d2, &dims, Red::Sum);
+    // divisor = max(N - correction, 0); the correction may be a runtime float.
+    let rd = cx.dims(m2);
+    let n = cx.full(reduced_count(&in_dims, &dims) as f64, acc, &rd);
+    let c = cx.scalar_like(correction, acc, &rd);
+    let div = cx.sub(n, c);
+    let zero = cx.full(0.0, acc, &rd);
+    let div = cx.max(div, zero);
+    let mut r = cx.div(m2, div);
+    if take_sqrt {
+        r = cx.sqrt(r);
+    }
+    let r = cx.cast(r, x.dtype);
+    let r = keep(cx, r, &in_dims, &dims, keepdim);
+    if with_mean {
+        let m = cx.cast(m, x.dtype);
+        let m = keep(cx, m, &in_dims, &dims, keepdim);
+        return Ok(vec![Out::Tensor(r), Out::Tensor(m)]);
+    }
+    one(r)
+}
+
+// ---- any, all -----------------------------------------------------------------------------------
+
+/// any/all: all dims (any, any.all_out), one dim (any.dim, any.out) or a list (any.dims,
+/// where an empty list reduces nothing). uint8 inputs give uint8, everything else bool.
+fn any_all(cx: &mut Cx, args: &Args, is_any: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    if let Some(o) = args.opt_tensor("out")? {
+        check!(
+            o.dtype == DType::Bool || o.dtype == DType::U8,
+            Runtime,
+            "{} only supports bool tensor for result, got: {}",
+            if is_any { "any" } else { "all" },
+            o.dtype.torch_name()
+        );
+    }
+    let in_dims = cx.dims(x.v);
+    let dims = match args.get("dim") {
+        None | Some(Arg::None) => reduce_dims(None, in_dims.len(), true)?,
+        Some(Arg::Int(d)) => reduce_dims(Some(vec![*d]), in_dims.len(), true)?,
+        _ => reduce_dims(args.opt_ints("dim")?, in_dims.len(), true)?,
+    };
+    let keepdim = args.bool_or("keepdim", false)?;
+    let b = cx.cast(x.v, DType::Bool);
+    let r = reduce(cx, b, &dims, if is_any { Red::Or } else { Red::And });
+    let r = keep(cx, r, &in_dims, &dims, keepdim);
+    let out = if x.dtype == DType::U8 { DType::U8 } else { DType::Bool };
+    one(cx.cast(r, out))
+}
+
+// ---- logsumexp ------------------------------------------------------------------------------------
+
+/// logsumexp(self, dim, keepdim) = log(sum(exp(x - m))) + m with m the max (infinite maxima
+/// replaced by 0, as PyTorch does).
+fn logsumexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    no_complex(&x, "logsumexp")?;
+    let dt = if x.dtype.is_float() { x.dtype } else { DType::F32 };
+    let in_dims = cx.dims(x.v);
+    let raw = args.opt_ints("dim")?.unwrap_or_default();
+    let keepdim = args.bool_or("keepdim", false)?;
+    if raw.is_empty() && !keepdim && !in_dims.is_empty() {
+        // PyTorch sums over every dim but keeps the max's dims, and fails writing the result.
+        bail!(Runtime, "output with shape [] doesn't match the broadcast shape {:?}", vec![1; in_dims.len()]);
+    }
+    let dims = reduce_dims(Some(raw), in_dims.len(), false)?;
+    let acc = acc_type(dt);
+    let v = cx.cast(x.v, acc);
+    let m = reduce(cx, v, &dims, Red::Max);
+    let rd = cx.dims(m);
+    let am = cx.abs(m);
+    let inf = cx.full(f64::INFINITY, acc, &rd);
+    let is_inf = cx.compare(CmpDir::Eq, am, inf);
+    let zero = cx.full(0.0, acc, &rd);
+    let m = cx.select(is_inf, zero, m);
+    let mb = unreduce(cx, m, &in_dims, &dims);
+    let e = cx.sub(v, mb);
+    let e = cx.exp(e);
+    let s = reduce(cx, e, &dims, Red::Sum);
+    let l = cx.log(s);
+    let r = cx.add(l, m);
+    let r = cx.cast(r, dt);
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+// ---- norms -------------------------------------------------------------------------------------------
+
+fn scalar_value(s: Scalar) -> f64 {
+    match s {
+        Scalar::Int(i) => i as f64,
+        Scalar::Bool(b) => b as i64 as f64,
+        Scalar::Float(f) => f.value,
+    }
+}
+
+/// A norm order as PyTorch prints a Scalar: `2`, `-1`, `inf`, `0.5`.
+fn ord_text(p: f64) -> String {
+    if p.is_infinite() {
+        if p > 0.0 { "inf".into() } else { "-inf".into() }
+    } else if p == p.trunc() {
+        format!("{}", p as i64)
+    } else {
+        format!("{p}")
+    }
+}
+
+/// The p-norm of `v` (already in the accumulation dtype) over `dims`.
+fn vector_norm_values(cx: &mut Cx, v: Value, dims: &[i64], p: f64) -> Value {
+    let a = cx.abs(v);
+    let acc = cx.dtype(a);
+    if p == f64::INFINITY {
+        return reduce(cx, a, dims, Red::Max);
+    }
+    if p == f64::NEG_INFINITY {
+        return reduce(cx, a, dims, Red::Min);
+    }
+    if p == 0.0 {
+        let zero = cx.full(0.0, acc, &cx.dims(a));
+        let nz = cx.compare(CmpDir::Ne, a, zero);
+        let nz = cx.cast(nz, acc);
+        return reduce(cx, nz, dims, Red::Sum);
+    }
+    if p == 1.0 {
+        return reduce(cx, a, dims, Red::Sum);
+    }
+    if p == 2.0 {
+        let sq = cx.mul(a, a);
+        let s = reduce(cx, sq, dims, Red::Sum);
+        return cx.sqrt(s);
+    }
+    let pv = cx.full(p, acc, &cx.dims(a));
+    let ap = cx.pow(a, pv);
+    let s = reduce(cx, ap, dims, Red::Sum);
+    let inv = cx.full(1.0 / p, acc, &cx.dims(s));
+    cx.pow(s, inv)
+}
+
+/// linalg_vector_norm(self, ord=2, dim=None, keepdim=False, dtype=None).
+fn linalg_vector_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        x.dtype.is_float() || x.dtype.is_complex(),
+        Runtime,
+        "linalg.vector_norm: Expected a floating point or complex tensor as input. Got {}",
+        x.dtype.torch_name()
+    );
+    let p = args.opt_scalar("ord")?.map(scalar_value).unwrap_or(2.0);
+    let dtype = opt_dtype(args, "dtype")?;
+    if let Some(d) = dtype {
+        check!(
+            d.is_float() || d.is_complex(),
+            Runtime,
+            "linalg.vector_norm: dtype should be floating point or complex, but got {}",
+            d.torch_name()
+        );
+        check!(
+            promote(x.dtype, d) == d,
+            Runtime,
+            "linalg.vector_norm: the dtype of the input ({}) should be convertible without narrowing to the specified dtype ({})",
+            x.dtype.torch_name(),
+            d.torch_name()
+        );
+    }
+    let in_dims = cx.dims(x.v);
+    let raw = args.opt_ints("dim")?;
+    if cx.numel(x.v) == 0 && (p < 0.0 || p == f64::INFINITY) {
+        match raw.as_deref() {
+            None | Some([]) => bail!(
+                Runtime,
+                "linalg.vector_norm cannot compute the {} norm on an empty tensor because the operation does not have an identity",
+                ord_text(p)
+            ),
+            Some(ds) => {
+                for &d in ds {
+                    let w = wrap_dim(d, in_dims.len())?;
+                    check!(
+                        in_dims.is_empty() || in_dims[w] != 0,
+                        Runtime,
+                        "linalg.vector_norm cannot compute the {} norm on the dimension {}because this dimension is empty and the operation does not have an identity",
+                        ord_text(p),
+                        d
+                    );
+                }
+            }
+        }
+    }
+    no_complex(&x, "linalg.vector_norm")?;
+    let dims = reduce_dims(raw, in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let dt = dtype.unwrap_or(x.dtype).to_real();
+    let v = cx.cast(x.v, dtype.unwrap_or(x.dtype));
+    let v = cx.cast(v, acc_type(dt));
+    let r = vector_norm_values(cx, v, &dims, p);
+    let r = cx.cast(r, dt);
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+/// The older norm(self, p, dim, keepdim, dtype) overloads: p=None is 2, dim=[] every dim.
+fn norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        x.dtype.is_float() || x.dtype.is_complex(),
+        Runtime,
+        "norm(): input dtype should be either floating point or complex. Got {} instead.",
+        x.dtype.torch_name()
+    );
+    no_complex(&x, "norm")?;
+    let p = args.opt_scalar("p")?.map(scalar_value).unwrap_or(2.0);
+    let dtype = opt_dtype(args, "dtype")?;
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    let dt = dtype.unwrap_or(x.dtype).to_real();
+    let v = cx.cast(x.v, dtype.unwrap_or(x.dtype));
+    let v = cx.cast(v, acc_type(dt));
+    let r = vector_norm_values(cx, v, &dims, p);
+    let r = cx.cast(r, dt);
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+// ---- cumulative ops --------------------------------------------------------------------------------
+
+/// Inclusive scan of `v` along `dim` with `red`, in log2(n) shifted combines.
+pub(crate) fn scan(cx: &mut Cx, v: Value, dim: usize, red: Red) -> Value {
+    let dims = cx.dims(v);
+    let n = dims[dim];
+    let elem = cx.elem(v);
+    let mut v = v;
+    let mut k = 1;
+    while k < n {
+        // shifted[i] = v[i - k], identity for i < k.
+        let mut limit = dims.clone();
+        limit[dim] = n - k;
+        let head = cx.slice(v, &vec![0; dims.len()], &limit, &vec![1; dims.len()]);
+        let id = identity(cx, red, elem);
+        let mut low = vec![0; dims.len()];
+        low[dim] = k;
+        let shifted = cx.pad(head, id, &low, &vec![0; dims.len()], &vec![0; dims.len()]);
+        v = combine(cx, red, v, shifted);
+        k *= 2;
+    }
+    v
+}
+
+/// cumsum/cumprod(self, dim, dtype) and their out= forms.
+fn cumulative(cx: &mut Cx, args: &Args, red: Red) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dt = sum_dtype(args, &x, "out")?;
+    let in_dims = cx.dims(x.v);
+    let d = wrap_dim(args.int("dim")?, in_dims.len())?;
+    let v = cx.cast(x.v, dt);
+    if in_dims.is_empty() {
+        return one(v);
+    }
+    let v = cx.cast(v, acc_type(dt));
+    let r = scan(cx, v, d, red);
+    one(cx.cast(r, dt))
+}
+
+// ---- sorting -----------------------------------------------------------------------------------------
+
+/// Stable sort of `v` along `dim` with its int64 source indices; NaN sorts above everything
+/// (last ascending, first descending) as in PyTorch.
+pub(crate) fn sort_with_indices(cx: &mut Cx, v: Value, dim: usize, descending: bool) -> (Value, Value) {
+    let dims = cx.dims(v);
+    if dims.is_empty() {
+        let z = cx.constant_i64(0, ElemType::I64);
+        return (v, z);
+    }
+    let idx = cx.iota(&TensorType::new(ElemType::I64, &dims), dim as i64);
+    if cx.numel(v) == 0 {
+        return (v, idx);
+    }
+    let float = cx.elem(v).is_float();
+    let r = cx.sort(&[v, idx], dim as i64, true, move |b, a| {
+        let (x, y) = (a[0], a[1]);
+        let (first, second) = if descending { (y, x) } else { (x, y) };
+        // first < second, with NaN the largest value.
+        let lt = b.compare(CmpDir::Lt, first, second);
+        if !float {
+            return lt;
+        }
+        let first_nan = b.compare(CmpDir::Ne, first, first);
+        let second_nan = b.compare(CmpDir::Ne, second, second);
+        let not_first_nan = b.not(first_nan);
+        let nan_above = b.and(not_first_nan, second_nan);
+        b.or(lt, nan_above)
+    });
+    (r[0], r[1])
+}
+
+fn sort_dtype_check(x: &Tensor, op: &str) -> Result<()> {
+    no_complex(x, op)
+}
+
+/// sort(self, dim, descending) and sort.stable / sort.values_stable (always stable here).
+fn sort(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    sort_dtype_check(&x, "sort")?;
+    let d = wrap_dim(args.int_or("dim", -1)?, cx.dims(x.v).len())?;
+    let descending = args.bool_or("descending", false)?;
+    let (v, i) = sort_with_indices(cx, x.v, d, descending);
+    Ok(vec![Out::Tensor(v), Out::Tensor(i)])
+}
+
+/// argsort(self, dim, descending) and argsort.stable(_out).
+fn argsort(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    sort_dtype_check(&x, "argsort")?;
+    let d = wrap_dim(args.int_or("dim", -1)?, cx.dims(x.v).len())?;
+    let descending = args.bool_or("descending", false)?;
+    let (_, i) = sort_with_indices(cx, x.v, d, descending);
+    one(i)
+}
+
+/// topk(self, k, dim, largest, sorted): the k largest (smallest) along dim, sorted.
+fn topk(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    sort_dtype_check(&x, "topk")?;
+    check!(x.dtype != DType::Bool, Runtime, "topk does not support bool dtypes on CPU");
+    let in_dims = cx.dims(x.v);
+    let d = wrap_dim(args.int_or("dim", -1)?, in_dims.len())?;
+    let k = args.int("k")?;
+    let size = if in_dims.is_empty() { 1 } else { in_dims[d] };
+    check!(k >= 0 && k <= size, Runtime, "selected index k out of range");
+    let largest = args.bool_or("largest", true)?;
+    if in_dims.is_empty() {
+        let z = cx.constant_i64(0, ElemType::I64);
+        return Ok(vec![Out::Tensor(x.v), Out::Tensor(z)]);
+    }
+    let (v, i) = sort_with_indices(cx, x.v, d, largest);
+    let mut limit = in_dims.clone();
+    limit[d] = k;
+    let start = vec![0; in_dims.len()];
+    let strides = vec![1; in_dims.len()];
+    let v = cx.slice(v, &start, &limit, &strides);
+    let i = cx.slice(i, &start, &limit, &strides);
+    Ok(vec![Out::Tensor(v), Out::Tensor(i)])
+}

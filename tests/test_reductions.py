@@ -1,0 +1,460 @@
+"""Reductions on "tpu" against PyTorch on CPU: sum/mean/prod, extremes and their indices,
+var/std, any/all, logsumexp, norms, cumulative ops, sort/argsort/topk, with gradients."""
+import pytest
+import torch
+from helpers import FLOATS, INTS, TPU, check, check_error, make
+
+SHAPES = [(), (0,), (5,), (3, 4), (2, 0, 3), (2, 3, 4)]
+
+
+def dims_for(shape):
+    """None, each single dim (positive and negative) and a pair, as the shape allows."""
+    out = [None]
+    nd = len(shape)
+    for d in range(nd):
+        out.append(d)
+    if nd:
+        out.append(-1)
+    if nd >= 2:
+        out.append((0, -1))
+    if nd == 0:
+        out.append(0)
+    return out
+
+
+def grad_check(fn, x, atol=None, rtol=None, grad_out=None):
+    """fn(x) and d(sum(fn(x) * grad_out))/dx agree between CPU and tpu."""
+    xc = x.clone().requires_grad_()
+    xt = x.to(TPU).requires_grad_()
+    yc = fn(xc)
+    yt = fn(xt)
+    if isinstance(yc, (tuple, list)):
+        yc, yt = yc[0], yt[0]
+    g = grad_out if grad_out is not None else make(yc.shape, yc.dtype)
+    yc.backward(g)
+    yt.backward(g.to(TPU))
+    tol = {} if atol is None else dict(atol=atol, rtol=rtol if rtol is not None else atol)
+    torch.testing.assert_close(yt.detach().cpu(), yc.detach(), equal_nan=True, **tol)
+    assert xt.grad is not None, "no gradient reached the tpu input"
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, equal_nan=True, **tol)
+
+
+# ---- sum / mean / prod ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool, torch.uint8])
+def test_sum(shape, dtype):
+    x = make(shape, dtype)
+    for dim in dims_for(shape):
+        if dim is None:
+            check(torch.sum, x)
+            continue
+        for keepdim in (False, True):
+            check(torch.sum, x, dim, keepdim=keepdim)
+
+
+def test_sum_dtype_and_views():
+    x = make((6, 8))
+    check(lambda t: t.sum(0, dtype=torch.float64), x)
+    check(lambda t: t.sum(dtype=torch.float16), x)
+    check(lambda t: t.int().sum(1, dtype=torch.int32), make((6, 8), low=-5, high=5))
+    check(lambda t: t.bfloat16().sum(1, dtype=torch.float32), x)
+    check(lambda t: t.sum([]), x)  # empty list: every dim
+    check(lambda t: t.t().sum(1, keepdim=True), x)
+    check(lambda t: t[::2, 1::3].sum(0), x)
+    check(lambda t: t[:1].expand(4, 8).sum(0), x)
+    check(lambda t: t.sum((1, 0)), x)
+
+
+def test_sum_bf16_accumulates_in_float():
+    # 4096 ones plus a small value: rounding at each step in bf16 would stall at 256.
+    x = torch.ones(4096, dtype=torch.bfloat16)
+    check(torch.sum, x)
+    check(torch.mean, x)
+
+
+def test_sum_out():
+    x = make((3, 4))
+    for dt in (torch.float32, torch.float64, torch.int64):
+        out_c = torch.empty(3, dtype=dt)
+        out_t = torch.empty(3, dtype=dt, device=TPU)
+        torch.sum(x, 1, out=out_c)
+        torch.sum(x.to(TPU), 1, out=out_t)
+        torch.testing.assert_close(out_t.cpu(), out_c)
+    out_t = torch.empty(0, device=TPU)
+    torch.sum(x.to(TPU), 0, out=out_t)
+    torch.testing.assert_close(out_t.cpu(), x.sum(0))
+
+
+def test_sum_errors():
+    x = make((3, 4))
+    check_error(torch.sum, x, (0, 0))
+    check_error(torch.sum, x, 2)
+    check_error(torch.sum, x, -3)
+    check_error(torch.sum, make(()), 1)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_mean(shape, dtype):
+    x = make(shape, dtype)
+    for dim in dims_for(shape):
+        if dim is None:
+            check(torch.mean, x)
+            continue
+        for keepdim in (False, True):
+            check(torch.mean, x, dim, keepdim=keepdim)
+
+
+def test_mean_dtypes():
+    check(lambda t: t.mean(dtype=torch.float64), make((4, 5), torch.int64))
+    check(lambda t: t.mean(1, dtype=torch.float64), make((4, 5)))
+    check(lambda t: t.mean(0, dtype=torch.bfloat16), make((4, 5)))
+    check(lambda t: t.t().mean(0), make((4, 5)))
+    e = check_error(torch.mean, make((4, 5), torch.int64))
+    assert "mean(): could not infer output dtype" in str(e)
+    check_error(torch.mean, make((4, 5), torch.bool), 0)
+    check_error(lambda t: t.mean(dtype=torch.int64), make((4, 5)))
+    out = torch.empty(3, dtype=torch.int64, device=TPU)
+    with pytest.raises(RuntimeError):
+        torch.mean(make((3, 4)).to(TPU), 1, out=out)
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (5,), (3, 4), (2, 0, 3)])
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_prod(shape, dtype):
+    x = make(shape, dtype, low=-2, high=2) if not dtype.is_floating_point else make(shape, dtype, low=-1.5, high=1.5)
+    check(torch.prod, x)
+    for dim in dims_for(shape):
+        if dim is None or isinstance(dim, tuple):
+            continue
+        for keepdim in (False, True):
+            check(torch.prod, x, dim, keepdim=keepdim)
+    check(lambda t: t.prod(dtype=torch.float64), x)
+
+
+# ---- extremes -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (3, 4), (2, 0, 3), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_amax_amin(shape, dtype):
+    x = make(shape, dtype)
+    for fn in (torch.amax, torch.amin):
+        for dim in dims_for(shape):
+            if dim is None:
+                if x.numel():
+                    check(fn, x)
+                continue
+            if x.numel() == 0 and 0 in [shape[d] for d in ((dim,) if isinstance(dim, int) else dim)] if shape else False:
+                check_error(fn, x, dim)
+                continue
+            for keepdim in (False, True):
+                check(fn, x, dim, keepdim=keepdim)
+
+
+def test_amax_nan_and_errors():
+    x = make((4, 6))
+    x[1, 2] = float("nan")
+    x[3, 0] = float("nan")
+    check(torch.amax, x, 1)
+    check(torch.amin, x, 0)
+    check(torch.amax, x)
+    e = check_error(torch.amax, make((0, 3)))
+    assert "Expected reduction dim to be specified" in str(e)
+    check_error(torch.amax, make((0, 3)), 0)
+    check_error(torch.amin, make((2, 0)), -1)
+    with pytest.raises(RuntimeError, match="Expected the dtype for input and out to match"):
+        torch.amax(x.to(TPU), 1, out=torch.empty(4, dtype=torch.float64, device=TPU))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_max_min_full(dtype):
+    for shape in [(), (7,), (3, 4)]:
+        x = make(shape, dtype)
+        check(torch.max, x)
+        check(torch.min, x)
+    check_error(torch.max, make((0, 3), dtype))
+    check_error(torch.min, make((0,), dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_max_min_dim(dtype):
+    for shape in [(), (7,), (3, 4), (2, 3, 4), (3, 0)]:
+        x = make(shape, dtype)
+        for fn in (torch.max, torch.min):
+            for dim in range(-max(len(shape), 1), max(len(shape), 1)):
+                if shape and shape[dim] == 0:
+                    check_error(fn, x, dim)
+                    continue
+                for keepdim in (False, True):
+                    check(fn, x, dim, keepdim=keepdim)
+
+
+def test_max_dim_first_index_and_nan():
+    # Ties: the first index wins; NaN wins and the first NaN's index is returned.
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0], [float("nan"), 1.0, float("nan"), 5.0], [2.0, 2.0, 2.0, 2.0]])
+    for fn in (torch.max, torch.min, torch.argmax, torch.argmin):
+        check(fn, x, 1)
+    check(torch.max, x)
+    check(torch.min, x)
+    i = torch.tensor([[4, 1, 4], [0, 0, -3]])
+    check(torch.max, i, 1)
+    check(torch.min, i, 0)
+    check(torch.argmax, i)
+    check(torch.argmin, i)
+
+
+def test_max_out_and_other():
+    x, y = make((3, 4)), make((3, 4))
+    v, i = torch.empty(3, device=TPU), torch.empty(3, dtype=torch.long, device=TPU)
+    torch.max(x.to(TPU), 1, out=(v, i))
+    ev, ei = torch.max(x, 1)
+    torch.testing.assert_close(v.cpu(), ev)
+    torch.testing.assert_close(i.cpu(), ei)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype"):
+        torch.max(x.to(TPU), 1, out=(torch.empty(3, dtype=torch.float64, device=TPU), i))
+    check(torch.max, x, y)
+    check(torch.min, x, make((4,)))
+    out = torch.empty(3, 4, device=TPU)
+    torch.max(x.to(TPU), y.to(TPU), out=out)
+    torch.testing.assert_close(out.cpu(), torch.max(x, y))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_argmax_argmin(dtype):
+    for shape in [(), (7,), (3, 4), (2, 3, 4), (3, 0)]:
+        x = make(shape, dtype)
+        for fn in (torch.argmax, torch.argmin):
+            if x.numel():
+                check(fn, x)
+                check(fn, x, keepdim=True)
+            else:
+                check_error(fn, x)
+            for dim in range(-max(len(shape), 1), max(len(shape), 1)):
+                if shape and shape[dim] == 0:
+                    check_error(fn, x, dim)
+                    continue
+                check(fn, x, dim)
+                check(fn, x, dim, keepdim=True)
+    check_error(torch.argmax, make((3,), torch.bool))
+    check(lambda t: t.t().argmax(0), make((4, 5), dtype))
+
+
+# ---- var / std ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float64])
+def test_var_std(dtype):
+    for shape in [(), (0,), (1,), (7,), (3, 4), (2, 0, 3), (2, 3, 4)]:
+        x = make(shape, dtype)
+        for fn in (torch.var, torch.std):
+            check(fn, x)
+            check(fn, x, unbiased=False)
+            for dim in dims_for(shape):
+                if dim is None:
+                    continue
+                check(fn, x, dim)
+                check(fn, x, dim, keepdim=True, correction=0)
+                check(fn, x, dim, correction=2.5)
+        for fn in (torch.var_mean, torch.std_mean):
+            check(fn, x)
+            if shape:
+                check(fn, x, -1, keepdim=True, correction=0)
+
+
+def test_var_std_views_and_errors():
+    x = make((6, 8))
+    check(lambda t: t.t().var(0), x)
+    check(lambda t: t[::2].std(1), x)
+    check(lambda t: t.var((0, 1), correction=3), x)
+    check_error(torch.var, make((3,), torch.int64))
+    check_error(torch.std, make((3,), torch.bool))
+    check_error(torch.var, x, 2)
+
+
+# ---- any / all ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32, torch.int64, torch.uint8, torch.bfloat16])
+def test_any_all(dtype):
+    for shape in [(), (0,), (5,), (3, 4), (2, 0, 3)]:
+        x = make(shape, dtype) if dtype != torch.float32 else (make(shape) > 0).float() * make(shape)
+        for fn in (torch.any, torch.all):
+            check(fn, x)
+            for dim in range(-max(len(shape), 1), max(len(shape), 1)):
+                check(fn, x, dim)
+                check(fn, x, dim, keepdim=True)
+            if len(shape) >= 2:
+                check(fn, x, (0, 1))
+                check(fn, x, (-1,), keepdim=True)
+                check(fn, x, ())
+
+
+def test_any_all_values():
+    x = torch.tensor([[0.0, 0.0], [0.0, float("nan")], [1.0, 2.0]])
+    check(torch.any, x, 1)
+    check(torch.all, x, 1)
+    out = torch.empty(3, dtype=torch.float32, device=TPU)
+    with pytest.raises(RuntimeError, match="only supports bool tensor for result"):
+        torch.any(x.to(TPU), 1, out=out)
+
+
+# ---- logsumexp -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.bool])
+def test_logsumexp(dtype):
+    for shape in [(), (5,), (3, 4), (2, 0, 3), (2, 3, 4)]:
+        x = make(shape, dtype)
+        for dim in dims_for(shape):
+            if dim is None:
+                continue
+            check(torch.logsumexp, x, dim)
+            check(torch.logsumexp, x, dim, keepdim=True)
+
+
+def test_logsumexp_inf_nan():
+    inf = float("inf")
+    x = torch.tensor([[-inf, -inf], [inf, 1.0], [float("nan"), 0.0], [100.0, 100.0], [-inf, 3.0]])
+    check(torch.logsumexp, x, 1)
+    check(torch.logsumexp, make((3, 4)), (0, 1))
+    check_error(torch.logsumexp, make((3, 4)), ())
+
+
+# ---- norms ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ord", [2, 1, float("inf"), -float("inf"), 0, 3, 0.5, -1])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_vector_norm(ord, dtype):
+    for shape in [(), (5,), (3, 4), (2, 3, 4)]:
+        x = make(shape, dtype)
+        if shape:
+            x.view(-1)[0] = 0
+        tol = dict(atol=2e-2, rtol=2e-2) if dtype != torch.float32 else {}
+        check(torch.linalg.vector_norm, x, ord, **tol)
+        if len(shape) >= 2:
+            check(torch.linalg.vector_norm, x, ord, dim=1, keepdim=True, **tol)
+            check(torch.linalg.vector_norm, x, ord, dim=(0, -1), **tol)
+
+
+def test_vector_norm_dtype_and_errors():
+    x = make((3, 4))
+    check(torch.linalg.vector_norm, x, dtype=torch.float64)
+    check(torch.linalg.vector_norm, x.bfloat16(), 1, dtype=torch.float32)
+    check(torch.norm, x)
+    check(lambda t: t.norm(p=1, dim=1), x)
+    check(torch.linalg.vector_norm, make((0, 3)), 2)
+    check(torch.linalg.vector_norm, make((0, 3)), -1, dim=1)
+    check_error(torch.linalg.vector_norm, make((3,), torch.int64))
+    check_error(torch.linalg.vector_norm, x, dtype=torch.int64)
+    check_error(torch.linalg.vector_norm, x, dtype=torch.bfloat16)
+    e = check_error(torch.linalg.vector_norm, make((0, 3)), float("inf"))
+    assert "does not have an identity" in str(e)
+    check_error(torch.linalg.vector_norm, make((0, 3)), -1, dim=0)
+
+
+# ---- cumulative --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_cumsum_cumprod(dtype):
+    for shape in [(), (0,), (1,), (7,), (3, 5), (2, 0, 3), (2, 3, 17)]:
+        x = make(shape, dtype, low=-2, high=3) if not dtype.is_floating_point else make(shape, dtype, low=-1.2, high=1.2)
+        for dim in range(-max(len(shape), 1), max(len(shape), 1)):
+            check(torch.cumsum, x, dim, atol=5e-2 if dtype == torch.bfloat16 else None)
+            check(torch.cumprod, x, dim, atol=5e-2 if dtype == torch.bfloat16 else None)
+    check(lambda t: t.cumsum(0, dtype=torch.float64), make((5, 3), dtype))
+    check(lambda t: t.t().cumsum(1), make((5, 3), dtype))
+
+
+def test_cumsum_long_and_errors():
+    check(torch.cumsum, make((1000,)), 0, atol=1e-4, rtol=1e-4)
+    check(torch.cumsum, make((3, 1000), torch.int64), 1)
+    check_error(torch.cumsum, make((3, 4)), 2)
+    check_error(torch.cumprod, make(()), 1)
+
+
+# ---- sorting ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS + [torch.bool])
+def test_sort(dtype):
+    for shape in [(), (0,), (9,), (3, 5), (2, 3, 4)]:
+        # Distinct float values so that the indices are unambiguous even for unstable sorts.
+        n = torch.Size(shape).numel()
+        if dtype.is_floating_point and n:
+            x = torch.randperm(n).reshape(shape).to(dtype)
+        else:
+            x = make(shape, dtype)
+        for dim in range(-max(len(shape), 1), max(len(shape), 1)):
+            for desc in (False, True):
+                check(lambda t: torch.sort(t, dim=dim, descending=desc, stable=True), x)
+                check(lambda t: torch.argsort(t, dim=dim, descending=desc, stable=True), x)
+
+
+def test_sort_nan_ties_and_views():
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[3.0, nan, -inf, 1.0, nan, 1.0, inf, -0.0, 0.0]])
+    for desc in (False, True):
+        check(lambda t: torch.sort(t, descending=desc, stable=True), x)
+    i = torch.tensor([[2, 1, 2, 0, 1, 2, 0]])
+    for desc in (False, True):
+        check(lambda t: torch.sort(t, descending=desc, stable=True), i)
+    check(lambda t: t.t().sort(dim=0, stable=True), make((4, 6), torch.int64))
+    check(lambda t: t.sort(), torch.randperm(20).float())
+
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_topk(dtype):
+    x = torch.randperm(60).reshape(3, 4, 5).to(dtype)
+    for dim in (-1, 0, 1):
+        for k in (0, 1, 3):
+            for largest in (True, False):
+                check(torch.topk, x, k, dim, largest)
+    check(torch.topk, make(()), 1)
+    check(lambda t: t.t().topk(2, 0), torch.randperm(12).reshape(3, 4).to(dtype))
+    check_error(torch.topk, x, 6)
+    check_error(torch.topk, x, -1)
+    check_error(torch.topk, make((4,), torch.bool), 2)
+
+
+def test_topk_nan():
+    x = torch.tensor([1.0, float("nan"), 3.0, -1.0])
+    check(torch.topk, x, 2)
+    check(torch.topk, x, 2, largest=False)
+
+
+# ---- gradients -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradients(dtype):
+    x = make((3, 4, 5), dtype)
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else {}
+    grad_check(lambda t: t.sum(), x, **tol)
+    grad_check(lambda t: t.sum((0, 2), keepdim=True), x, **tol)
+    grad_check(lambda t: t.mean(1), x, **tol)
+    grad_check(lambda t: t.mean(), x, **tol)
+    grad_check(lambda t: t.prod(1), make((3, 4, 5), dtype, low=0.5, high=1.5), **tol)
+    grad_check(lambda t: t.prod(), make((3, 4), dtype, low=0.8, high=1.2), **tol)
+    grad_check(lambda t: t.amax(2), x, **tol)
+    grad_check(lambda t: t.amin((0, 1)), x, **tol)
+    grad_check(lambda t: t.var(1), x, **tol)
+    grad_check(lambda t: t.std(2, correction=0), x, **tol)
+    grad_check(lambda t: t.logsumexp(1), x, **tol)
+    grad_check(lambda t: torch.linalg.vector_norm(t, 2, dim=-1), x, **tol)
+    grad_check(lambda t: t.norm(), x, **tol)
+    grad_check(lambda t: t.cumsum(1), x, **tol)
+
+
+def test_gradients_selecting():
+    """Gradients that scatter back through indices (max.dim, sort, topk)."""
+    x = torch.randperm(60).reshape(3, 4, 5).float() / 7
+    grad_check(lambda t: t.max(1)[0], x)
+    grad_check(lambda t: t.min(2, keepdim=True)[0], x)
+    grad_check(lambda t: t.max(), x)
+    grad_check(lambda t: t.sort(1)[0], x)
+    grad_check(lambda t: t.topk(2, -1)[0], x)
