@@ -3,9 +3,19 @@
 `import torch` is enough (torchtpu autoloads through the `torch.backends` entry point);
 then use device "tpu" wherever you would use "cuda".
 """
-import torch
 
-from . import _platform
+
+def _autoload():
+    """Entry point for torch's device-backend autoloading; importing this package does the work.
+
+    Defined before `import torch`: when torchtpu is imported first, torch's autoload finds
+    this partially initialized module and calls it, and the import below completes the setup.
+    """
+
+
+import torch  # noqa: E402
+
+from . import _platform  # noqa: E402
 
 _platform_error = None
 try:
@@ -28,10 +38,6 @@ torch._register_device_module("tpu", _device_module)
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
 __version__ = "0.1.0"
-
-
-def _autoload():
-    """Entry point for torch's device-backend autoloading; importing this package did the work."""
 
 
 __all__ = ["PLATFORM", "PLUGIN_PATH"]
