@@ -16,6 +16,8 @@ pub mod error;
 
 mod elementwise;
 mod factories;
+mod linalg;
+mod activations;
 mod reductions;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
@@ -88,6 +90,8 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry { map: HashMap::new() };
         elementwise::register(&mut r);
         factories::register(&mut r);
+        linalg::register(&mut r);
+        activations::register(&mut r);
         reductions::register(&mut r);
         r
     })
