@@ -673,6 +673,9 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return host.item();
 }
 
+// A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback.
+TORCH_LIBRARY(torchtpu, m) { m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]"); }
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {

@@ -603,7 +603,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
 
 /// Ops that take CPU tensors with dimensions (indices) like PyTorch's CUDA backend does.
 fn host_tensors_allowed(base: &str) -> bool {
-    matches!(base, "copy" | "index" | "index_put" | "_index_put_impl" | "_to_copy")
+    matches!(base, "copy" | "index" | "index_put" | "_index_put_impl" | "_to_copy" | "torchtpu::run_graph")
 }
 
 // ---- running ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 mod ffi;
 
 use pyo3::prelude::*;
+use lowerings::graph::{GArg, Graph, Node};
 use pyo3::types::PyDict;
 
 extern "C" {
@@ -82,6 +83,54 @@ fn lowered_ops() -> Vec<&'static str> {
     lowerings::registry().names()
 }
 
+/// A graph argument from Python: a tagged tuple (see python/torchtpu/dynamo.py).
+fn graph_arg(obj: &Bound<'_, PyAny>) -> PyResult<GArg> {
+    let (tag, payload): (String, Bound<'_, PyAny>) = obj.extract()?;
+    Ok(match tag.as_str() {
+        "ref" => GArg::Ref(payload.extract()?),
+        "item" => {
+            let (i, j): (usize, usize) = payload.extract()?;
+            GArg::Item(i, j)
+        }
+        "none" => GArg::None,
+        "int" => GArg::Int(payload.extract()?),
+        "float" => GArg::Float(payload.extract()?),
+        "bool" => GArg::Bool(payload.extract()?),
+        "ints" => GArg::IntList(payload.extract()?),
+        "floats" => GArg::FloatList(payload.extract()?),
+        "bools" => GArg::BoolList(payload.extract()?),
+        "str" => GArg::Str(payload.extract()?),
+        "dtype" => {
+            let code: i8 = payload.extract()?;
+            GArg::DType(lowerings::DType::from_code(code).ok_or_else(|| {
+                pyo3::exceptions::PyNotImplementedError::new_err(format!("torchtpu: dtype code {code} is not supported"))
+            })?)
+        }
+        "list" => {
+            let items: Vec<Bound<'_, PyAny>> = payload.extract()?;
+            GArg::List(items.iter().map(graph_arg).collect::<PyResult<_>>()?)
+        }
+        other => return Err(pyo3::exceptions::PyValueError::new_err(format!("torchtpu: unknown graph argument tag {other}"))),
+    })
+}
+
+/// Registers an aten graph for `torchtpu::run_graph`; nodes are (target, arg names, args).
+#[pyfunction]
+fn register_graph(
+    num_inputs: usize,
+    nodes: Vec<(String, Vec<String>, Vec<Bound<'_, PyAny>>)>,
+    outputs: Vec<Bound<'_, PyAny>>,
+) -> PyResult<i64> {
+    let nodes = nodes
+        .into_iter()
+        .map(|(target, arg_names, args)| {
+            Ok(Node { target, arg_names, args: args.iter().map(graph_arg).collect::<PyResult<_>>()? })
+        })
+        .collect::<PyResult<_>>()?;
+    let outputs = outputs.iter().map(graph_arg).collect::<PyResult<_>>()?;
+    Ok(lowerings::graph::register_graph(Graph { num_inputs, nodes, outputs }))
+}
+
 #[pyfunction]
 fn built_with_torch() -> &'static str {
     env!("TORCHTPU_BUILT_WITH_TORCH")
@@ -101,5 +150,6 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
+    m.add_function(wrap_pyfunction!(register_graph, m)?)?;
     Ok(())
 }

@@ -1,0 +1,134 @@
+//! Whole graphs (torch.compile): an FX graph of aten ops, lowered node by node with the same
+//! lowerings eager mode uses, into one program. A graph is registered once and run through
+//! the op `torchtpu::run_graph(int graph, Tensor[] inputs) -> Tensor[]`, so the engine keys,
+//! caches and runs it like any other op (one executable per graph and input layout).
+use crate::args::{Arg, Args, FloatArg, Tensor};
+use crate::cx::Cx;
+use crate::dtype::{DType, Rank};
+use crate::error::Result;
+use crate::{bail, check, Out, Registry};
+use std::sync::{Arc, Mutex};
+
+/// A node argument: a reference to an earlier value, or a constant.
+#[derive(Clone, Debug)]
+pub enum GArg {
+    /// Value `i` (inputs first, then node results in order).
+    Ref(usize),
+    /// Item `j` of value `i` (a node that returns several tensors).
+    Item(usize, usize),
+    None,
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    IntList(Vec<i64>),
+    FloatList(Vec<f64>),
+    BoolList(Vec<bool>),
+    Str(String),
+    DType(DType),
+    List(Vec<GArg>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The aten op's qualified name, e.g. `aten::add`.
+    pub target: String,
+    pub arg_names: Vec<String>,
+    pub args: Vec<GArg>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub num_inputs: usize,
+    pub nodes: Vec<Node>,
+    pub outputs: Vec<GArg>,
+}
+
+static GRAPHS: Mutex<Vec<Arc<Graph>>> = Mutex::new(Vec::new());
+
+/// Registers a graph; the id is the first argument of `run_graph`.
+pub fn register_graph(g: Graph) -> i64 {
+    let mut gs = GRAPHS.lock().unwrap();
+    gs.push(Arc::new(g));
+    (gs.len() - 1) as i64
+}
+
+fn graph(id: i64) -> Result<Arc<Graph>> {
+    let gs = GRAPHS.lock().unwrap();
+    match gs.get(id as usize) {
+        Some(g) => Ok(g.clone()),
+        None => bail!(Runtime, "torchtpu: unknown graph id {}", id),
+    }
+}
+
+pub fn register(r: &mut Registry) {
+    r.add("torchtpu::run_graph", run_graph);
+}
+
+/// Lowers every node of the graph on the tensor inputs and returns the graph's outputs.
+fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let g = graph(args.int("graph")?)?;
+    let inputs = args.tensors("inputs")?;
+    check!(inputs.len() == g.num_inputs, Runtime, "graph takes {} inputs, got {}", g.num_inputs, inputs.len());
+    let mut values: Vec<Out> = inputs.iter().map(|t| Out::Tensor(t.v)).collect();
+    for node in &g.nodes {
+        let base = crate::base_name(&node.target);
+        let lowering = match crate::registry().get(base) {
+            Some(l) => *l,
+            None => bail!(NotImplemented, "torchtpu.compile: no lowering for {} in a compiled graph", node.target),
+        };
+        let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, &values, a)).collect::<Result<_>>()?;
+        let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals })?;
+        values.push(match outs.len() {
+            1 => outs.into_iter().next().unwrap(),
+            // Several results (e.g. native_layer_norm): one list value, read with Item.
+            _ => Out::List(
+                outs.into_iter()
+                    .map(|o| match o {
+                        Out::Tensor(v) => Ok(v),
+                        Out::List(_) => bail!(NotImplemented, "torchtpu.compile: nested results of {}", node.target),
+                    })
+                    .collect::<Result<_>>()?,
+            ),
+        });
+    }
+    let mut outs = Vec::with_capacity(g.outputs.len());
+    for o in &g.outputs {
+        match arg(cx, &values, o)? {
+            Arg::Tensor(t) => outs.push(t.v),
+            other => bail!(Runtime, "torchtpu.compile: graph output {:?} is not a tensor", other),
+        }
+    }
+    Ok(vec![Out::List(outs)])
+}
+
+fn tensor(cx: &Cx, v: stablehlo::Value) -> Arg {
+    let dtype = cx.dtype(v);
+    let rank = if cx.dims(v).is_empty() { Rank::ZeroDim } else { Rank::Dim };
+    Arg::Tensor(Tensor { v, dtype, rank })
+}
+
+fn arg(cx: &Cx, values: &[Out], a: &GArg) -> Result<Arg> {
+    Ok(match a {
+        GArg::Ref(i) => match values.get(*i) {
+            Some(Out::Tensor(v)) => tensor(cx, *v),
+            Some(Out::List(vs)) => Arg::List(vs.iter().map(|&v| tensor(cx, v)).collect()),
+            None => bail!(Runtime, "torchtpu.compile: reference to value {} before it exists", i),
+        },
+        GArg::Item(i, j) => match values.get(*i) {
+            Some(Out::List(vs)) if *j < vs.len() => tensor(cx, vs[*j]),
+            Some(Out::Tensor(v)) if *j == 0 => tensor(cx, *v),
+            _ => bail!(Runtime, "torchtpu.compile: no item {} of value {}", j, i),
+        },
+        GArg::None => Arg::None,
+        GArg::Int(i) => Arg::Int(*i),
+        // Constants of a graph are compiled in: dynamo guards on them.
+        GArg::Float(f) => Arg::Float(FloatArg { value: *f, slot: None }),
+        GArg::Bool(b) => Arg::Bool(*b),
+        GArg::IntList(v) => Arg::IntList(v.clone()),
+        GArg::FloatList(v) => Arg::FloatList(v.clone()),
+        GArg::BoolList(v) => Arg::BoolList(v.clone()),
+        GArg::Str(s) => Arg::Str(s.clone()),
+        GArg::DType(d) => Arg::DType(*d),
+        GArg::List(items) => Arg::List(items.iter().map(|x| arg(cx, values, x)).collect::<Result<_>>()?),
+    })
+}

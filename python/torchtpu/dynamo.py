@@ -1,0 +1,140 @@
+"""torch.compile backend "tpu": `torch.compile(model, backend="tpu")`.
+
+AOTAutograd with PyTorch's core ATen decompositions gives forward and backward ATen graphs;
+each is handed to the Rust lowerings (the same ones eager mode uses) as one graph, compiled
+into one PJRT executable per input layout and run as the single op `torchtpu::run_graph`.
+"""
+import operator
+
+import torch
+
+from . import _C
+
+# c10::ScalarType codes of the dtypes the lowerings know.
+_DTYPE_CODES = {
+    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
+    torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
+    torch.bfloat16: 15, torch.float8_e5m2: 23, torch.float8_e4m3fn: 24, torch.uint16: 27, torch.uint32: 28,
+    torch.uint64: 29,
+}
+
+
+class _Encoder:
+    """Turns an FX graph of aten ops into (nodes, outputs) for `_C.register_graph`."""
+
+    def __init__(self):
+        self.index = {}
+        self.num_inputs = 0
+        self.nodes = []
+
+    def value(self, v):
+        if isinstance(v, torch.fx.Node):
+            return self.index[v]
+        if v is None or isinstance(v, (torch.device, torch.layout, torch.memory_format)):
+            return ("none", None)
+        if isinstance(v, bool):
+            return ("bool", v)
+        if isinstance(v, int):
+            return ("int", v)
+        if isinstance(v, float):
+            return ("float", v)
+        if isinstance(v, str):
+            return ("str", v)
+        if isinstance(v, torch.dtype):
+            if v not in _DTYPE_CODES:
+                raise NotImplementedError(f"torchtpu.compile: dtype {v} is not supported")
+            return ("dtype", _DTYPE_CODES[v])
+        if isinstance(v, (list, tuple)):
+            items = list(v)
+            if items and all(isinstance(x, bool) for x in items):
+                return ("bools", items)
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+                return ("ints", items)
+            if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in items):
+                return ("floats", [float(x) for x in items])
+            return ("list", [self.value(x) for x in items])
+        raise NotImplementedError(f"torchtpu.compile: unsupported graph argument {v!r} ({type(v).__name__})")
+
+    def call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            src, i = node.args
+            kind, payload = self.index[src]
+            self.index[node] = ("item", (payload, i))
+            return
+        if not isinstance(target, torch._ops.OpOverload):
+            raise NotImplementedError(f"torchtpu.compile: unsupported graph call {target}")
+        schema = target._schema
+        names, values = [], []
+        for k, a in enumerate(schema.arguments):
+            if k < len(node.args):
+                v = node.args[k]
+            elif a.name in node.kwargs:
+                v = node.kwargs[a.name]
+            elif a.has_default_value():
+                v = a.default_value
+            else:
+                v = None
+            names.append(a.name)
+            values.append(self.value(v))
+        self.nodes.append((schema.name, names, values))
+        self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
+
+
+def compile_graph(gm, example_inputs):
+    """Compiles one ATen FX graph (the fw or bw compiler of AOTAutograd)."""
+    from functorch.compile import make_boxed_func
+
+    enc = _Encoder()
+    output = None
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            enc.index[node] = ("ref", enc.num_inputs)
+            enc.num_inputs += 1
+        elif node.op == "call_function":
+            enc.call(node)
+        elif node.op == "output":
+            output = node.args[0]
+        elif node.op == "get_attr":
+            raise NotImplementedError("torchtpu.compile: graph constants (get_attr) are not supported yet")
+    for x in example_inputs:
+        if not isinstance(x, torch.Tensor):
+            raise NotImplementedError("torchtpu.compile: symbolic or scalar graph inputs are not supported yet")
+    outputs = list(output) if isinstance(output, (list, tuple)) else [output]
+    # Outputs computed in the graph come back from run_graph in order; inputs returned as
+    # outputs and constants are handed back as they are.
+    plan, computed = [], []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for o in outputs:
+        if isinstance(o, torch.fx.Node) and o.op == "placeholder":
+            plan.append(("input", placeholders.index(o)))
+        elif isinstance(o, torch.fx.Node):
+            plan.append(("computed", len(computed)))
+            computed.append(enc.value(o))
+        else:
+            plan.append(("const", o))
+    graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed)
+    run_graph = torch.ops.torchtpu.run_graph
+
+    def run(*args):
+        results = run_graph(graph_id, list(args)) if computed else []
+        out = []
+        for kind, x in plan:
+            out.append(results[x] if kind == "computed" else args[x] if kind == "input" else x)
+        return tuple(out) if isinstance(output, (list, tuple)) else out[0]
+
+    return make_boxed_func(run)
+
+
+def backend(gm, example_inputs, **kwargs):
+    """The dynamo backend registered as "tpu"."""
+    import torch._dynamo
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    # Graphs are compiled per concrete shape (the executable cache is keyed by shapes), so a
+    # new shape recompiles a static graph instead of tracing a symbolic one.
+    torch._dynamo.config.automatic_dynamic_shapes = False
+
+    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
+                        decompositions=core_aten_decompositions())(gm, example_inputs)
