@@ -8,14 +8,18 @@
 //! - It returns the functional result; the engine writes it into mutated arguments
 //!   (in-place and out= variants) in schema order.
 //! - Float scalars are runtime inputs (`Cx::scalar`) so that changed values reuse executables.
+//!   A cached program runs without calling its lowering again, so a lowering that checks or
+//!   branches on a float's value must be registered with `add_specialized`.
 
 pub mod args;
 pub mod cx;
 pub mod dtype;
 pub mod error;
+pub mod graph;
 
 mod elementwise;
 mod factories;
+mod views;
 mod linalg;
 mod activations;
 mod reductions;
@@ -90,6 +94,8 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry { map: HashMap::new() };
         elementwise::register(&mut r);
         factories::register(&mut r);
+        graph::register(&mut r);
+        views::register(&mut r);
         linalg::register(&mut r);
         activations::register(&mut r);
         reductions::register(&mut r);
