@@ -23,6 +23,8 @@ mod views;
 mod linalg;
 mod activations;
 mod reductions;
+mod indexing;
+mod shape_ops;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -99,6 +101,8 @@ pub fn registry() -> &'static Registry {
         linalg::register(&mut r);
         activations::register(&mut r);
         reductions::register(&mut r);
+        indexing::register(&mut r);
+        shape_ops::register(&mut r);
         r
     })
 }

@@ -1,0 +1,1657 @@
+//! Indexing and data-dependent ops: index_select, gather, scatter (and its reductions),
+//! advanced indexing (index, index_put), index_add/copy/fill/reduce, masked_scatter, take,
+//! put, embedding_dense_backward, and the ops whose output size depends on the data
+//! (nonzero, masked_select, unique).
+//!
+//! Index bounds: PyTorch raises for out-of-range indices; a device program cannot. Gathers
+//! here clamp such indices into range (XLA's gather semantics) and scatters drop them.
+use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::cx::{broadcast_shapes, wrap_dim, Cx};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::{bail, check, one, Out, Registry};
+use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
+
+pub fn register(r: &mut Registry) {
+    r.add("index_select", index_select);
+    r.add("gather", gather);
+    r.add("scatter", scatter);
+    r.add("scatter_add", scatter_add);
+    r.add("scatter_reduce", scatter_reduce);
+    r.add("index", index);
+    r.add("_unsafe_index", index);
+    r.add("index_put", index_put);
+    r.add("_index_put_impl", index_put);
+    r.add("_unsafe_index_put", index_put);
+    r.add("index_add", index_add);
+    r.add("index_copy", index_copy);
+    r.add("index_fill", index_fill);
+    r.add("index_reduce", index_reduce);
+    r.add("masked_scatter", masked_scatter);
+    r.add("take", take);
+    r.add("put", put);
+    r.add("embedding_dense_backward", embedding_dense_backward);
+    r.add("nonzero_static", nonzero_static);
+    r.add("count_nonzero", count_nonzero);
+    r.add_sized("nonzero", nonzero_size, nonzero);
+    r.add_sized("masked_select", masked_select_size, masked_select);
+    r.add_sized("_unique2", unique_size, unique2);
+    r.add_sized("_unique", unique_size, unique1);
+    r.add_sized("unique_consecutive", unique_consecutive_size, unique_consecutive);
+    r.add_sized("unique_dim", unique_dim_size, unique_dim);
+    r.add_sized("unique_dim_consecutive", unique_consecutive_size, unique_consecutive);
+}
+
+// ---- shared helpers ---------------------------------------------------------------------------
+
+const I64: DType = DType::I64;
+
+fn is_index_dtype(d: DType) -> bool {
+    matches!(d, DType::I64 | DType::I32)
+}
+
+/// `i < 0 ? i + n : i` as int64 (Python-style negative indices).
+pub(crate) fn wrap_negative(cx: &mut Cx, idx: Value, n: i64) -> Value {
+    let i = cx.convert(idx, ElemType::I64);
+    let dims = cx.dims(i);
+    let zero = cx.full(0.0, I64, &dims);
+    let neg = cx.compare(CmpDir::Lt, i, zero);
+    let nn = cx.full(n as f64, I64, &dims);
+    let w = cx.add(i, nn);
+    cx.select(neg, w, i)
+}
+
+/// Sum of all elements as a 0-d int64 (bools count their trues).
+pub(crate) fn count_all(cx: &mut Cx, v: Value) -> Value {
+    let v = cx.convert(v, ElemType::I64);
+    let r = cx.rank(v) as i64;
+    let z = cx.constant_i64(0, ElemType::I64);
+    let dims: Vec<i64> = (0..r).collect();
+    cx.reduce(&[v], &[z], &dims, |b, a| vec![b.add(a[0], a[1])])[0]
+}
+
+/// Inclusive prefix sum of a 1-D value, in log2(n) shifted adds.
+pub(crate) fn cumsum_1d(cx: &mut Cx, v: Value) -> Value {
+    let n = cx.dims(v)[0];
+    let e = cx.elem(v);
+    let zero = cx.constant_i64(0, e);
+    let mut acc = v;
+    let mut s = 1;
+    while s < n {
+        let head = cx.slice(acc, &[0], &[n - s], &[1]);
+        let shifted = cx.pad(head, zero, &[s], &[0], &[0]);
+        acc = cx.add(acc, shifted);
+        s *= 2;
+    }
+    acc
+}
+
+/// For each element of a 1-D bool `mask`: its rank among the true elements (0-based) where
+/// true, and `trash` where false. The targets of a compaction.
+fn compact_positions(cx: &mut Cx, mask: Value, trash: i64) -> Value {
+    let m = cx.convert(mask, ElemType::I64);
+    let c = cumsum_1d(cx, m);
+    let dims = cx.dims(c);
+    let one_ = cx.full(1.0, I64, &dims);
+    let pos = cx.sub(c, one_);
+    let t = cx.full(trash as f64, I64, &dims);
+    cx.select(mask, pos, t)
+}
+
+/// How a scatter combines the current value with an update.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Combine {
+    Replace,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+fn combine(b: &mut Builder, c: Combine, cur: Value, upd: Value) -> Value {
+    let e = b.elem(cur);
+    let pred = e == ElemType::Pred;
+    match c {
+        Combine::Replace => upd,
+        Combine::Add if pred => b.or(cur, upd),
+        Combine::Add => b.add(cur, upd),
+        Combine::Mul if pred => b.and(cur, upd),
+        Combine::Mul => b.mul(cur, upd),
+        Combine::Max | Combine::Min => {
+            let is_max = c == Combine::Max;
+            let m = match (pred, is_max) {
+                (true, true) => b.or(cur, upd),
+                (true, false) => b.and(cur, upd),
+                (false, true) => b.max(cur, upd),
+                (false, false) => b.min(cur, upd),
+            };
+            if !e.is_float() {
+                return m;
+            }
+            // NaN wins, like PyTorch's CPU kernels.
+            let un = b.compare(CmpDir::Ne, upd, upd);
+            let m = b.select(un, upd, m);
+            let cn = b.compare(CmpDir::Ne, cur, cur);
+            b.select(cn, cur, m)
+        }
+    }
+}
+
+/// Scatter with full per-element coordinates: `coords` is [S..., r] int64, `updates` is [S...].
+fn scatter_points(cx: &mut Cx, x: Value, coords: Value, updates: Value, c: Combine) -> Value {
+    let r = cx.rank(x) as i64;
+    let dn = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: (0..r).collect(),
+        scatter_dims_to_operand_dims: (0..r).collect(),
+        index_vector_dim: cx.rank(coords) as i64 - 1,
+        ..Default::default()
+    };
+    cx.scatter(x, coords, updates, &dn, move |b, cur, upd| combine(b, c, cur, upd))
+}
+
+/// Gather single elements at full coordinates ([S..., r] int64) -> [S...].
+fn gather_points(cx: &mut Cx, x: Value, coords: Value) -> Value {
+    let r = cx.rank(x) as i64;
+    let dn = GatherDims {
+        offset_dims: vec![],
+        collapsed_slice_dims: (0..r).collect(),
+        start_index_map: (0..r).collect(),
+        index_vector_dim: cx.rank(coords) as i64 - 1,
+        ..Default::default()
+    };
+    cx.gather(x, coords, &dn, &vec![1; r as usize], false)
+}
+
+/// The coordinates of every element of `index` (dims S, rank r) with dim `dim` replaced by the
+/// index values: an [S..., r] int64 tensor (torch.gather / torch.scatter addressing).
+fn along_coords(cx: &mut Cx, index: Value, dim: usize) -> Value {
+    let idx = cx.convert(index, ElemType::I64);
+    let dims = cx.dims(idx);
+    let r = dims.len();
+    let ty = TensorType::new(ElemType::I64, &dims);
+    let mut shp = dims.clone();
+    shp.push(1);
+    let parts: Vec<Value> = (0..r)
+        .map(|d| {
+            let c = if d == dim { idx } else { cx.iota(&ty, d as i64) };
+            cx.reshape(c, &shp)
+        })
+        .collect();
+    cx.concatenate(&parts, r as i64)
+}
+
+/// `x` with dim `dim` indexed by the int tensor `idx` (any dims I): dims D[..dim] + I + D[dim+1..].
+pub(crate) fn take_along(cx: &mut Cx, x: Value, dim: usize, idx: Value) -> Value {
+    let d = cx.dims(x);
+    let r = d.len();
+    let k = cx.rank(idx) as i64;
+    let mut slice = d.clone();
+    slice[dim] = 1;
+    let offset_dims: Vec<i64> = (0..r).filter(|&i| i != dim).map(|i| if i < dim { i as i64 } else { i as i64 - 1 + k }).collect();
+    let dn = GatherDims {
+        offset_dims,
+        collapsed_slice_dims: vec![dim as i64],
+        start_index_map: vec![dim as i64],
+        index_vector_dim: k,
+        ..Default::default()
+    };
+    let idx = cx.convert(idx, ElemType::I64);
+    cx.gather(x, idx, &dn, &slice, false)
+}
+
+/// Combines `updates` (dims of `x` with dim `dim` of size n) into `x` at the 1-D index `idx` [n].
+pub(crate) fn scatter_along(cx: &mut Cx, x: Value, dim: usize, idx: Value, updates: Value, c: Combine) -> Value {
+    let r = cx.rank(x);
+    let dn = ScatterDims {
+        update_window_dims: (0..r).filter(|&i| i != dim).map(|i| i as i64).collect(),
+        inserted_window_dims: vec![dim as i64],
+        scatter_dims_to_operand_dims: vec![dim as i64],
+        index_vector_dim: 1,
+        ..Default::default()
+    };
+    let idx = cx.convert(idx, ElemType::I64);
+    cx.scatter(x, idx, updates, &dn, move |b, cur, upd| combine(b, c, cur, upd))
+}
+
+fn numel(dims: &[i64]) -> i64 {
+    dims.iter().product()
+}
+
+/// A Scalar or 0-d tensor argument as a 0-d value of `dtype`.
+fn value_arg(cx: &mut Cx, args: &Args, name: &str, dtype: DType, op: &str) -> Result<Value> {
+    match args.get(name) {
+        Some(Arg::Tensor(t)) => {
+            let nd = cx.rank(t.v);
+            check!(nd == 0, Runtime, "{} only supports a 0-dimensional value tensor, but got tensor with {} dimension(s).", op, nd);
+            Ok(cx.cast(t.v, dtype))
+        }
+        _ => {
+            let s = args.scalar(name)?;
+            Ok(cx.scalar(s, dtype))
+        }
+    }
+}
+
+fn shape_str(d: &[i64]) -> String {
+    format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// Sizes as PyTorch's ensure_nonempty_size sees them (0-d counts as [1]).
+fn nonempty(d: &[i64]) -> Vec<i64> {
+    if d.is_empty() {
+        vec![1]
+    } else {
+        d.to_vec()
+    }
+}
+
+// ---- index_select, gather, scatter --------------------------------------------------------------
+
+fn index_select(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let idims = cx.dims(index.v);
+    check!(idims.len() <= 1, Index, "index_select(): Index is supposed to be a vector");
+    check!(is_index_dtype(index.dtype), Runtime, "index_select(): Expected dtype int32 or int64 for index");
+    let xd = cx.dims(x.v);
+    let dim = wrap_dim(args.int("dim")?, xd.len())?;
+    let n = numel(&idims);
+    if xd.is_empty() {
+        check!(n == 1, Runtime, "index_select(): Index to scalar can have only 1 value, got {} value(s)", n);
+        return one(x.v);
+    }
+    let mut out = xd.clone();
+    out[dim] = n;
+    if numel(&out) == 0 {
+        return one(cx.full(0.0, x.dtype, &out));
+    }
+    check!(xd[dim] > 0, Index, "index out of range in self");
+    let idx = cx.reshape(index.v, &[n]);
+    one(take_along(cx, x.v, dim, idx))
+}
+
+fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    check!(is_index_dtype(index.dtype), Runtime, "gather(): Expected dtype int32/int64 for index");
+    let xd = cx.dims(x.v);
+    let id = cx.dims(index.v);
+    let dim = wrap_dim(args.int("dim")?, xd.len())?;
+    let (xs, is) = (nonempty(&xd), nonempty(&id));
+    check!(xs.len() == is.len(), Runtime, "Index tensor must have the same number of dimensions as input tensor");
+    for d in 0..xs.len() {
+        if d != dim {
+            check!(
+                is[d] <= xs[d],
+                Runtime,
+                "Size does not match at dimension {} expected index {} to be no larger than self {} apart from dimension {}",
+                d,
+                shape_str(&id),
+                shape_str(&xd),
+                dim
+            );
+        }
+    }
+    if numel(&id) == 0 {
+        return one(cx.full(0.0, x.dtype, &id));
+    }
+    check!(xs[dim] > 0, Runtime, "index is out of bounds for dimension {} with size 0", dim);
+    let xv = cx.reshape(x.v, &xs);
+    let iv = cx.reshape(index.v, &is);
+    let coords = along_coords(cx, iv, dim);
+    let g = gather_points(cx, xv, coords);
+    one(cx.reshape(g, &id))
+}
+
+/// The shared checks of scatter, scatter_add and scatter_reduce; returns the wrapped dim.
+fn scatter_check(cx: &Cx, x: &Tensor, dim: i64, index: &Tensor, src: Option<&Tensor>) -> Result<usize> {
+    check!(is_index_dtype(index.dtype), Runtime, "scatter(): Expected dtype int32/int64 for index");
+    if let Some(s) = src {
+        check!(s.dtype == x.dtype, Runtime, "scatter(): Expected self.dtype to be equal to src.dtype");
+    }
+    let xd = cx.dims(x.v);
+    let id = cx.dims(index.v);
+    let dim = wrap_dim(dim, xd.len())?;
+    let (xs, is) = (nonempty(&xd), nonempty(&id));
+    check!(xs.len() == is.len(), Runtime, "Index tensor must have the same number of dimensions as self tensor");
+    if let Some(s) = src {
+        let sd = cx.dims(s.v);
+        let ss = nonempty(&sd);
+        check!(ss.len() == is.len(), Runtime, "Index tensor must have the same number of dimensions as src tensor");
+        let bad = (0..is.len()).any(|d| is[d] > ss[d] || (d != dim && is[d] > xs[d]));
+        check!(
+            !bad,
+            Runtime,
+            "Expected index {} to be no larger than self {} apart from dimension {} and to be no larger size than src {}",
+            shape_str(&id),
+            shape_str(&xd),
+            dim,
+            shape_str(&sd)
+        );
+    } else {
+        let bad = (0..is.len()).any(|d| d != dim && is[d] > xs[d]);
+        check!(
+            !bad,
+            Runtime,
+            "Expected index {} to be no larger than self {} apart from dimension {}",
+            shape_str(&id),
+            shape_str(&xd),
+            dim
+        );
+    }
+    Ok(dim)
+}
+
+/// The updates of a scatter: `src` cut to the index's shape, or a scalar broadcast to it.
+fn scatter_updates(cx: &mut Cx, src: &Option<Tensor>, value: Option<Value>, index_dims: &[i64]) -> Value {
+    match src {
+        Some(s) => {
+            let sd = nonempty(&cx.dims(s.v));
+            let sv = cx.reshape(s.v, &sd);
+            let lim = nonempty(index_dims);
+            let z = vec![0; lim.len()];
+            let st = vec![1; lim.len()];
+            cx.slice(sv, &z, &lim, &st)
+        }
+        None => cx.broadcast_in_dim(value.unwrap(), &nonempty(index_dims), &[]),
+    }
+}
+
+/// scatter(self, dim, index, src|value, reduce=None|add|multiply) with `c` combining.
+fn scatter_impl(cx: &mut Cx, x: &Tensor, dim: usize, index: &Tensor, updates: Value, c: Combine) -> Value {
+    let xd = cx.dims(x.v);
+    let id = cx.dims(index.v);
+    if numel(&id) == 0 {
+        return x.v;
+    }
+    let xv = cx.reshape(x.v, &nonempty(&xd));
+    let iv = cx.reshape(index.v, &nonempty(&id));
+    let coords = along_coords(cx, iv, dim);
+    let out = scatter_points(cx, xv, coords, updates, c);
+    cx.reshape(out, &xd)
+}
+
+fn scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let src = args.opt_tensor("src")?;
+    let dim = scatter_check(cx, &x, args.int("dim")?, &index, src.as_ref())?;
+    let c = match args.str("reduce")? {
+        None => Combine::Replace,
+        Some("add") => Combine::Add,
+        Some("multiply") => Combine::Mul,
+        Some(_) => bail!(Runtime, "reduce argument must be either add or multiply."),
+    };
+    let value = match src {
+        Some(_) => None,
+        None => {
+            let s = args.scalar("value")?;
+            Some(cx.scalar(s, x.dtype))
+        }
+    };
+    let id = cx.dims(index.v);
+    let upd = scatter_updates(cx, &src, value, &id);
+    one(scatter_impl(cx, &x, dim, &index, upd, c))
+}
+
+fn scatter_add(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let src = args.tensor("src")?;
+    let dim = scatter_check(cx, &x, args.int("dim")?, &index, Some(&src))?;
+    let id = cx.dims(index.v);
+    let upd = scatter_updates(cx, &Some(src), None, &id);
+    one(scatter_impl(cx, &x, dim, &index, upd, Combine::Add))
+}
+
+/// The reductions of scatter_reduce and index_reduce.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Reduction {
+    Sum,
+    Prod,
+    Mean,
+    Amax,
+    Amin,
+}
+
+impl Reduction {
+    fn combine(self) -> Combine {
+        match self {
+            Reduction::Sum | Reduction::Mean => Combine::Add,
+            Reduction::Prod => Combine::Mul,
+            Reduction::Amax => Combine::Max,
+            Reduction::Amin => Combine::Min,
+        }
+    }
+
+    /// The value a position starts from when `self` is left out of the reduction.
+    fn identity(self, cx: &mut Cx, dtype: DType, dims: &[i64]) -> Value {
+        let (lo, hi) = extremes(dtype);
+        match self {
+            Reduction::Sum | Reduction::Mean => cx.full(0.0, dtype, dims),
+            Reduction::Prod => cx.full(1.0, dtype, dims),
+            Reduction::Amax => lo(cx, dims),
+            Reduction::Amin => hi(cx, dims),
+        }
+    }
+}
+
+type Fill = Box<dyn Fn(&mut Cx, &[i64]) -> Value>;
+
+/// The lowest and highest values of a dtype, as fills.
+fn extremes(dtype: DType) -> (Fill, Fill) {
+    use DType::*;
+    if dtype.is_float() {
+        return (
+            Box::new(move |cx, d| cx.full(f64::NEG_INFINITY, dtype, d)),
+            Box::new(move |cx, d| cx.full(f64::INFINITY, dtype, d)),
+        );
+    }
+    let (lo, hi): (i64, i64) = match dtype {
+        Bool => (0, 1),
+        U8 => (0, u8::MAX as i64),
+        I8 => (i8::MIN as i64, i8::MAX as i64),
+        I16 => (i16::MIN as i64, i16::MAX as i64),
+        I32 => (i32::MIN as i64, i32::MAX as i64),
+        U16 => (0, u16::MAX as i64),
+        U32 => (0, u32::MAX as i64),
+        U64 => (0, -1),
+        _ => (i64::MIN, i64::MAX),
+    };
+    let e = dtype.elem();
+    (
+        Box::new(move |cx, d| cx.splat_i64(lo, &TensorType::new(e, d))),
+        Box::new(move |cx, d| cx.splat_i64(hi, &TensorType::new(e, d))),
+    )
+}
+
+/// `total / count` where count > 0 (floor division for integers), `x` elsewhere.
+fn mean_finish(cx: &mut Cx, total: Value, count: Value) -> Value {
+    let dt = cx.dtype(total);
+    let dims = cx.dims(total);
+    let zero = cx.full(0.0, I64, &dims);
+    let one_ = cx.full(1.0, I64, &dims);
+    let empty = cx.compare(CmpDir::Eq, count, zero);
+    let count = cx.select(empty, one_, count);
+    let c = cx.convert(count, dt.elem());
+    if dt.is_float() || dt.is_complex() {
+        return cx.div(total, c);
+    }
+    // Floor division: truncate, then step down where the remainder has the other sign.
+    let q = cx.div(total, c);
+    let r = cx.rem(total, c);
+    let z = cx.full(0.0, dt, &dims);
+    let r_nz = cx.compare(CmpDir::Ne, r, z);
+    let r_neg = cx.compare(CmpDir::Lt, r, z);
+    let fix = cx.and(r_nz, r_neg);
+    let o = cx.full(1.0, dt, &dims);
+    let qm1 = cx.sub(q, o);
+    cx.select(fix, qm1, q)
+}
+
+fn parse_reduction(s: &str, op: &str) -> Result<Reduction> {
+    Ok(match (op, s) {
+        (_, "sum") if op == "scatter_reduce" => Reduction::Sum,
+        (_, "prod") => Reduction::Prod,
+        (_, "mean") => Reduction::Mean,
+        (_, "amax") => Reduction::Amax,
+        (_, "amin") => Reduction::Amin,
+        ("scatter_reduce", "max") => Reduction::Amax,
+        ("scatter_reduce", "min") => Reduction::Amin,
+        ("scatter_reduce", _) => bail!(Runtime, "reduce argument must be either sum, prod, mean, amax or amin, got {}", s),
+        _ => bail!(Runtime, "index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {}.", s),
+    })
+}
+
+/// A reduction into `x` by `scatter(x, updates, c)`, honouring include_self and mean.
+fn reduce_into(
+    cx: &mut Cx,
+    x: Value,
+    red: Reduction,
+    include_self: bool,
+    scatter: &dyn Fn(&mut Cx, Value, Value, Combine) -> Value,
+    updates: Value,
+) -> Result<Value> {
+    let dt = cx.dtype(x);
+    let dims = cx.dims(x);
+    if red == Reduction::Mean {
+        check!(dt != DType::Bool, NotImplemented, "\"scatter_gather_tensor_cpu_reduce_mean\" not implemented for 'Bool'");
+    }
+    let ud = cx.dims(updates);
+    let ones_u = cx.full(1.0, I64, &ud);
+    let zeros = cx.full(0.0, I64, &dims);
+    let hits = scatter(cx, zeros, ones_u, Combine::Add);
+    let start = if include_self {
+        x
+    } else {
+        let zero = cx.full(0.0, I64, &dims);
+        let hit = cx.compare(CmpDir::Gt, hits, zero);
+        let id = red.identity(cx, dt, &dims);
+        cx.select(hit, id, x)
+    };
+    let out = scatter(cx, start, updates, red.combine());
+    if red != Reduction::Mean {
+        return Ok(out);
+    }
+    let count = if include_self {
+        let one_ = cx.full(1.0, I64, &dims);
+        cx.add(hits, one_)
+    } else {
+        hits
+    };
+    Ok(mean_finish(cx, out, count))
+}
+
+fn scatter_reduce(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let src = args.tensor("src")?;
+    let dim = scatter_check(cx, &x, args.int("dim")?, &index, Some(&src))?;
+    let red = parse_reduction(args.str("reduce")?.unwrap_or(""), "scatter_reduce")?;
+    let include_self = args.bool_or("include_self", true)?;
+    let id = cx.dims(index.v);
+    if numel(&id) == 0 {
+        return one(x.v);
+    }
+    let xd = cx.dims(x.v);
+    let upd = scatter_updates(cx, &Some(src), None, &id);
+    let iv = cx.reshape(index.v, &nonempty(&id));
+    let coords = along_coords(cx, iv, dim);
+    let xv = cx.reshape(x.v, &nonempty(&xd));
+    let f = move |cx: &mut Cx, base: Value, u: Value, c: Combine| scatter_points(cx, base, coords, u, c);
+    let out = reduce_into(cx, xv, red, include_self, &f, upd)?;
+    one(cx.reshape(out, &xd))
+}
+
+// ---- advanced indexing ----------------------------------------------------------------------------
+
+/// x[indices] addressing: the indexed dims moved to the front, the index tensors broadcast and
+/// stacked into coordinates, and where the indexed block lands in the result.
+struct Advanced {
+    /// Transpose of self that puts the indexed dims first.
+    perm: Vec<i64>,
+    /// [B..., k] int64 coordinates into the indexed dims.
+    coords: Value,
+    /// The broadcast shape of the index tensors.
+    bshape: Vec<i64>,
+    k: usize,
+    /// The dims of self that are not indexed, in order.
+    rest: Vec<i64>,
+    /// Where the B dims sit in the result.
+    front: usize,
+    /// Sizes of the indexed dims.
+    indexed_sizes: Vec<i64>,
+}
+
+impl Advanced {
+    fn result_dims(&self) -> Vec<i64> {
+        let mut d = self.rest[..self.front].to_vec();
+        d.extend(&self.bshape);
+        d.extend(&self.rest[self.front..]);
+        d
+    }
+
+    /// The permutation from the gathered layout [B..., rest...] to the result layout.
+    fn result_perm(&self) -> Vec<i64> {
+        let nb = self.bshape.len() as i64;
+        let f = self.front as i64;
+        let nr = self.rest.len() as i64;
+        let mut p: Vec<i64> = (nb..nb + f).collect();
+        p.extend(0..nb);
+        p.extend(nb + f..nb + nr);
+        p
+    }
+}
+
+fn inverse_perm(p: &[i64]) -> Vec<i64> {
+    let mut inv = vec![0; p.len()];
+    for (i, &q) in p.iter().enumerate() {
+        inv[q as usize] = i as i64;
+    }
+    inv
+}
+
+fn index_list(args: &Args) -> Result<Vec<Option<Tensor>>> {
+    args.opt_tensors("indices")
+}
+
+/// Validates the index tensors (ints only: boolean masks are handled by the callers).
+fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>]) -> Result<Option<Advanced>> {
+    check!(
+        indices.len() <= xd.len(),
+        Index,
+        "too many indices for tensor of dimension {} (got {})",
+        xd.len(),
+        indices.len()
+    );
+    let mut pos = Vec::new();
+    let mut shapes = Vec::new();
+    for (i, t) in indices.iter().enumerate() {
+        if let Some(t) = t {
+            check!(
+                matches!(t.dtype, DType::I64 | DType::I32 | DType::U8 | DType::Bool | DType::I16 | DType::I8),
+                Index,
+                "tensors used as indices must be long, int, byte or bool tensors"
+            );
+            pos.push(i);
+            shapes.push(cx.dims(t.v));
+        }
+    }
+    if pos.is_empty() {
+        return Ok(None);
+    }
+    let bshape = broadcast_shapes(&shapes).map_err(|_| {
+        let s: Vec<String> = shapes.iter().map(|s| shape_str(s)).collect();
+        crate::TorchError::new(
+            crate::ErrorKind::Index,
+            format!("shape mismatch: indexing tensors could not be broadcast together with shapes {}", s.join(", ")),
+        )
+    })?;
+    let k = pos.len();
+    let contiguous = pos[k - 1] - pos[0] + 1 == k;
+    let rest_pos: Vec<usize> = (0..xd.len()).filter(|d| !pos.contains(d)).collect();
+    let rest: Vec<i64> = rest_pos.iter().map(|&d| xd[d]).collect();
+    let mut perm: Vec<i64> = pos.iter().map(|&d| d as i64).collect();
+    perm.extend(rest_pos.iter().map(|&d| d as i64));
+    let indexed_sizes: Vec<i64> = pos.iter().map(|&d| xd[d]).collect();
+    let mut cshape = bshape.clone();
+    cshape.push(1);
+    let mut parts = Vec::new();
+    for (j, &p) in pos.iter().enumerate() {
+        let t = indices[p].unwrap();
+        let b = cx.broadcast_to(t.v, &bshape);
+        let w = wrap_negative(cx, b, xd[p]);
+        let _ = j;
+        parts.push(cx.reshape(w, &cshape));
+    }
+    let coords = cx.concatenate(&parts, bshape.len() as i64);
+    Ok(Some(Advanced { perm, coords, bshape, k, rest, front: if contiguous { pos[0] } else { 0 }, indexed_sizes }))
+}
+
+/// The single boolean mask among the indices, if any: (position, tensor).
+fn bool_mask(indices: &[Option<Tensor>]) -> Option<(usize, Tensor)> {
+    indices
+        .iter()
+        .enumerate()
+        .find_map(|(i, t)| t.filter(|t| matches!(t.dtype, DType::Bool | DType::U8)).map(|t| (i, t)))
+}
+
+fn index(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let indices = index_list(args)?;
+    let xd = cx.dims(x.v);
+    let indices = match bool_mask(&indices) {
+        None => indices,
+        Some((p, m)) => expand_mask(cx, args, &xd, &indices, p, &m)?,
+    };
+    let Some(a) = advanced(cx, &xd, &indices)? else {
+        return one(x.v);
+    };
+    let out_dims = a.result_dims();
+    if numel(&out_dims) == 0 {
+        return one(cx.full(0.0, x.dtype, &out_dims));
+    }
+    check!(!a.indexed_sizes.contains(&0), Index, "index is out of bounds for dimension with size 0");
+    let xt = cx.transpose(x.v, &a.perm);
+    let nb = a.bshape.len() as i64;
+    let nr = a.rest.len() as i64;
+    let mut slice = vec![1; a.k];
+    slice.extend(&a.rest);
+    let dn = GatherDims {
+        offset_dims: (nb..nb + nr).collect(),
+        collapsed_slice_dims: (0..a.k as i64).collect(),
+        start_index_map: (0..a.k as i64).collect(),
+        index_vector_dim: nb,
+        ..Default::default()
+    };
+    let g = cx.gather(xt, a.coords, &dn, &slice, false);
+    one(cx.transpose(g, &a.result_perm()))
+}
+
+/// Replaces the boolean mask at `p` by the coordinates of its true elements (one index tensor
+/// per mask dim). How many there are comes from the shape of the `out` tensor that PyTorch
+/// sized (with nonzero) before calling index.out.
+fn expand_mask(cx: &mut Cx, args: &Args, xd: &[i64], indices: &[Option<Tensor>], p: usize, m: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    let masks = indices.iter().filter(|t| matches!(t, Some(t) if matches!(t.dtype, DType::Bool | DType::U8))).count();
+    check!(masks == 1, NotImplemented, "torchtpu: indexing with more than one boolean mask is not supported yet");
+    let out = args
+        .opt_tensor("out")?
+        .ok_or_else(|| crate::TorchError::new(crate::ErrorKind::NotImplemented, "torchtpu: index with a boolean mask needs its out= tensor"))?;
+    let md = cx.dims(m.v);
+    let k = md.len();
+    check!(p + k <= xd.len(), Index, "too many indices for tensor of dimension {} (got {})", xd.len(), p + k);
+    for (j, &s) in md.iter().enumerate() {
+        check!(
+            s == xd[p + j],
+            Index,
+            "The shape of the mask {} at index {} does not match the shape of the indexed tensor {} at index {}",
+            shape_str(&md),
+            j,
+            shape_str(xd),
+            p + j
+        );
+    }
+    // Where the index block sits in out: the indexed dims after expansion, the rest around them.
+    let mut pos: Vec<usize> = Vec::new();
+    let mut other_rank = 0;
+    for (i, t) in indices.iter().enumerate() {
+        let at = if i < p { i } else if i == p { p } else { i + k - 1 };
+        match t {
+            Some(_) if i == p => pos.extend(p..p + k),
+            Some(t) => {
+                pos.push(at);
+                other_rank = other_rank.max(cx.rank(t.v));
+            }
+            None => {}
+        }
+    }
+    let nb = other_rank.max(1);
+    let contiguous = pos.last().unwrap() - pos[0] + 1 == pos.len();
+    let front = if contiguous { pos[0] } else { 0 };
+    let od = cx.dims(out.v);
+    let rest = xd.len() - pos.len();
+    check!(
+        od.len() == rest + nb,
+        NotImplemented,
+        "torchtpu: index with a boolean mask got an out= tensor of an unexpected shape {}",
+        shape_str(&od)
+    );
+    let nnz = od[front + nb - 1];
+    let mask = cx.cast(m.v, DType::Bool);
+    let coords = if k == 0 {
+        cx.full(0.0, I64, &[nnz, 0])
+    } else {
+        nonzero_coords(cx, mask, nnz, 0)
+    };
+    let mut out_idx = Vec::new();
+    for (i, t) in indices.iter().enumerate() {
+        if i != p {
+            out_idx.push(*t);
+            continue;
+        }
+        for j in 0..k as i64 {
+            let c = cx.slice(coords, &[0, j], &[nnz, j + 1], &[1, 1]);
+            let c = cx.reshape(c, &[nnz]);
+            out_idx.push(Some(Tensor { v: c, dtype: I64, rank: crate::Rank::Dim }));
+        }
+    }
+    check!(k > 0, NotImplemented, "torchtpu: indexing with a 0-d boolean mask is not supported yet");
+    Ok(out_idx)
+}
+
+fn index_put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let indices = index_list(args)?;
+    let values = args.tensor("values")?;
+    let accumulate = args.bool_or("accumulate", false)?;
+    check!(
+        values.dtype == x.dtype,
+        Runtime,
+        "Index put requires the source and destination dtypes match, got {} for the destination and {} for the source.",
+        x.dtype.torch_name(),
+        values.dtype.torch_name()
+    );
+    let xd = cx.dims(x.v);
+    if let Some((p, m)) = bool_mask(&indices) {
+        let others = indices.iter().enumerate().any(|(i, t)| i != p && t.is_some());
+        check!(
+            !others,
+            NotImplemented,
+            "torchtpu: index_put with a boolean mask and other index tensors is not supported yet"
+        );
+        return one(mask_put(cx, &x, p, &m, &values, accumulate)?);
+    }
+    let Some(a) = advanced(cx, &xd, &indices)? else {
+        // x[...] = v: every element.
+        let vd = cx.dims(values.v);
+        check_value_shape(&vd, &xd)?;
+        let v = cx.broadcast_to(values.v, &xd);
+        return one(if accumulate { add_values(cx, x.v, v) } else { v });
+    };
+    let out_dims = a.result_dims();
+    let vd = cx.dims(values.v);
+    check_value_shape(&vd, &out_dims)?;
+    if numel(&out_dims) == 0 {
+        return one(x.v);
+    }
+    check!(!a.indexed_sizes.contains(&0), Index, "index is out of bounds for dimension with size 0");
+    let v = cx.broadcast_to(values.v, &out_dims);
+    let v = cx.transpose(v, &inverse_perm(&a.result_perm()));
+    let xt = cx.transpose(x.v, &a.perm);
+    let nb = a.bshape.len() as i64;
+    let nr = a.rest.len() as i64;
+    let dn = ScatterDims {
+        update_window_dims: (nb..nb + nr).collect(),
+        inserted_window_dims: (0..a.k as i64).collect(),
+        scatter_dims_to_operand_dims: (0..a.k as i64).collect(),
+        index_vector_dim: nb,
+        ..Default::default()
+    };
+    let c = if accumulate { Combine::Add } else { Combine::Replace };
+    let s = cx.scatter(xt, a.coords, v, &dn, move |b, cur, upd| combine(b, c, cur, upd));
+    one(cx.transpose(s, &inverse_perm(&a.perm)))
+}
+
+fn check_value_shape(vd: &[i64], out: &[i64]) -> Result<()> {
+    let ok = broadcast_shapes(&[vd.to_vec(), out.to_vec()]).map(|b| b == out).unwrap_or(false);
+    check!(
+        ok,
+        Runtime,
+        "shape mismatch: value tensor of shape {} cannot be broadcast to indexing result of shape {}",
+        shape_str(vd),
+        shape_str(out)
+    );
+    Ok(())
+}
+
+fn add_values(cx: &mut Cx, a: Value, b: Value) -> Value {
+    if cx.dtype(a) == DType::Bool {
+        cx.or(a, b)
+    } else {
+        cx.add(a, b)
+    }
+}
+
+/// x[..., mask, ...] = values (or +=) for a boolean mask over dims p..p+mask.dim(), without
+/// knowing how many elements the mask selects: values are either broadcast along the selection
+/// or consumed in order (found by a prefix count of the mask).
+fn mask_put(cx: &mut Cx, x: &Tensor, p: usize, m: &Tensor, values: &Tensor, accumulate: bool) -> Result<Value> {
+    let xd = cx.dims(x.v);
+    let md = cx.dims(m.v);
+    let k = md.len();
+    check!(p + k <= xd.len(), Index, "too many indices for tensor of dimension {} (got {})", xd.len(), p + k);
+    for (j, &s) in md.iter().enumerate() {
+        check!(
+            s == xd[p + j],
+            Index,
+            "The shape of the mask {} at index {} does not match the shape of the indexed tensor {} at index {}",
+            shape_str(&md),
+            j,
+            shape_str(&xd),
+            p + j
+        );
+    }
+    let pre = &xd[..p];
+    let post = &xd[p + k..];
+    let mask = cx.cast(m.v, DType::Bool);
+    // The indexing result is pre + [nnz] + post; values broadcast to it.
+    let vd = cx.dims(values.v);
+    let rank = pre.len() + 1 + post.len();
+    check!(
+        vd.len() <= rank,
+        Runtime,
+        "shape mismatch: value tensor of shape {} cannot be broadcast to indexing result of shape {}",
+        shape_str(&vd),
+        shape_str(&[pre, &[-1], post].concat())
+    );
+    let mut v_full = vec![1; rank - vd.len()];
+    v_full.extend(&vd);
+    let n = v_full[pre.len()];
+    for (i, (&a, &b)) in v_full.iter().zip(pre.iter().chain([&n]).chain(post)).enumerate() {
+        check!(
+            a == 1 || a == b,
+            Runtime,
+            "shape mismatch: value tensor of shape {} cannot be broadcast to indexing result of shape {} at dim {}",
+            shape_str(&vd),
+            shape_str(&[pre, &[n], post].concat()),
+            i
+        );
+    }
+    let vv = cx.reshape(values.v, &v_full);
+    let target: Vec<i64> = [pre, &md[..], post].concat();
+    let spread = if n == 1 {
+        // The same values for every selected position.
+        let mut d = v_full[..pre.len()].to_vec();
+        d.extend(vec![1; k]);
+        d.extend(&v_full[pre.len() + 1..]);
+        let r = cx.reshape(vv, &d);
+        bcast_dims(cx, r, &target)
+    } else {
+        // Values consumed in row-major order of the mask.
+        let nm = numel(&md);
+        if nm == 0 {
+            return Ok(x.v);
+        }
+        let flat = cx.reshape(mask, &[nm]);
+        let pos = compact_positions(cx, flat, 0);
+        let pos = cx.reshape(pos, &md);
+        let full: Vec<i64> = [pre, &[n], post].concat();
+        let vb = bcast_dims(cx, vv, &full);
+        take_along(cx, vb, pre.len(), pos)
+    };
+    let mb = {
+        let bd: Vec<i64> = (p..p + k).map(|d| d as i64).collect();
+        cx.broadcast_in_dim(mask, &xd, &bd)
+    };
+    let new = if accumulate { add_values(cx, x.v, spread) } else { spread };
+    Ok(cx.select(mb, new, x.v))
+}
+
+/// Broadcast `v` (same rank as `dims`, ones where it broadcasts) to `dims`.
+fn bcast_dims(cx: &mut Cx, v: Value, dims: &[i64]) -> Value {
+    let r = dims.len() as i64;
+    cx.broadcast_in_dim(v, dims, &(0..r).collect::<Vec<_>>())
+}
+
+// ---- index_add, index_copy, index_fill, index_reduce ----------------------------------------------
+
+/// Common checks of index_add/index_copy/index_reduce: returns (dim, index as 1-D).
+fn index_source_check(cx: &mut Cx, op: &str, x: &Tensor, dim: i64, index: &Tensor, source: &Tensor) -> Result<(usize, Value)> {
+    let xd = cx.dims(x.v);
+    let sd = cx.dims(source.v);
+    let id = cx.dims(index.v);
+    let dim = wrap_dim(dim, xd.len())?;
+    let n = numel(&id);
+    let ss = nonempty(&sd);
+    let xs = nonempty(&xd);
+    let sdim = if sd.is_empty() { 1 } else { ss[dim.min(ss.len() - 1)] };
+    if op == "index_copy_" {
+        check!(id.len() <= 1, Index, "index_copy_(): Index should have dimension 1 or 0 (got {})", id.len());
+        check!(index.dtype == DType::I64, Runtime, "index_copy_(): Expected a long tensor for index, but got {}", index.dtype.torch_name());
+        check!(
+            source.dtype == x.dtype,
+            Runtime,
+            "index_copy_(): self and source expected to have the same dtype, but got (self) {} and (source) {}",
+            x.dtype.torch_name(),
+            source.dtype.torch_name()
+        );
+        if !xd.is_empty() && !sd.is_empty() {
+            check!(
+                sd.len() == xd.len(),
+                Index,
+                "index_copy_(): When source and destination are not scalars, their dimensionality must match. Source dimensionality ({}), destination dimensionality ({})",
+                sd.len(),
+                xd.len()
+            );
+        }
+        check!(n == sdim, Index, "index_copy_(): Number of indices ({}) should be equal to source.size(dim) ({})", n, sdim);
+        for d in 0..xs.len().min(ss.len()) {
+            check!(
+                d == dim || xs[d] == ss[d],
+                Runtime,
+                "index_copy_(): Source/destination tensor must have same slice shapes. Destination slice shape: {} at dimension {} and source slice shape: {} at dimension {}.",
+                xs[d],
+                d,
+                ss[d],
+                d
+            );
+        }
+    } else {
+        check!(
+            id.len() <= 1,
+            Index,
+            "{}(): Index is supposed to be a vector, but got dim: {} with type: {} and size: {}",
+            op,
+            id.len(),
+            index.dtype.torch_name(),
+            shape_str(&id)
+        );
+        check!(is_index_dtype(index.dtype), Runtime, "{}(): Expected dtype int32/int64 for index but got: {}", op, index.dtype.torch_name());
+        check!(
+            source.dtype == x.dtype,
+            Runtime,
+            "{}(): self ({}) and source ({}) must have the same scalar type",
+            op,
+            x.dtype.torch_name(),
+            source.dtype.torch_name()
+        );
+        check!(
+            n == sdim,
+            Runtime,
+            "{}(): Number of indices ({}) should be equal to source.size(dim): ({}), for dim: {}",
+            op,
+            n,
+            sdim,
+            dim
+        );
+        let same = ss.len() == xs.len() && (0..xs.len()).all(|d| d == dim || xs[d] == ss[d]);
+        check!(
+            same,
+            Runtime,
+            "source tensor shape must match self tensor shape, excluding the specified dimension. Got self.shape = {} source.shape = {}",
+            shape_str(&xd),
+            shape_str(&sd)
+        );
+    }
+    let idx = cx.reshape(index.v, &[n]);
+    Ok((dim, idx))
+}
+
+fn index_add(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let source = args.tensor("source")?;
+    let (dim, idx) = index_source_check(cx, "index_add_", &x, args.int("dim")?, &index, &source)?;
+    let xd = cx.dims(x.v);
+    if numel(&cx.dims(idx)) == 0 || numel(&xd) == 0 {
+        return one(x.v);
+    }
+    let xs = nonempty(&xd);
+    let sd = nonempty(&cx.dims(source.v));
+    let mut src = cx.reshape(source.v, &sd);
+    match args.opt_scalar("alpha")? {
+        None | Some(Scalar::Int(1)) | Some(Scalar::Bool(true)) => {}
+        Some(a) => {
+            let av = cx.scalar(a, x.dtype);
+            let srcd = cx.dims(src);
+            let av = cx.broadcast_in_dim(av, &srcd, &[]);
+            src = if x.dtype == DType::Bool { cx.and(src, av) } else { cx.mul(src, av) };
+        }
+    }
+    let xv = cx.reshape(x.v, &xs);
+    let out = scatter_along(cx, xv, dim, idx, src, Combine::Add);
+    one(cx.reshape(out, &xd))
+}
+
+fn index_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let source = args.tensor("source")?;
+    let (dim, idx) = index_source_check(cx, "index_copy_", &x, args.int("dim")?, &index, &source)?;
+    let xd = cx.dims(x.v);
+    if numel(&cx.dims(idx)) == 0 || numel(&xd) == 0 {
+        return one(x.v);
+    }
+    let xs = nonempty(&xd);
+    let mut sd = nonempty(&cx.dims(source.v));
+    if sd.len() != xs.len() {
+        sd = xs.clone();
+        sd[dim] = 1;
+    }
+    let src = cx.reshape(source.v, &sd);
+    let xv = cx.reshape(x.v, &xs);
+    let out = scatter_along(cx, xv, dim, idx, src, Combine::Replace);
+    one(cx.reshape(out, &xd))
+}
+
+fn index_reduce(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let source = args.tensor("source")?;
+    let red = parse_reduction(args.str("reduce")?.unwrap_or(""), "index_reduce")?;
+    let include_self = args.bool_or("include_self", true)?;
+    let (dim, idx) = index_source_check(cx, "index_reduce_", &x, args.int("dim")?, &index, &source)?;
+    let xd = cx.dims(x.v);
+    if numel(&cx.dims(idx)) == 0 || numel(&xd) == 0 {
+        return one(x.v);
+    }
+    let xs = nonempty(&xd);
+    let sd = nonempty(&cx.dims(source.v));
+    let src = cx.reshape(source.v, &sd);
+    let xv = cx.reshape(x.v, &xs);
+    let f = move |cx: &mut Cx, base: Value, u: Value, c: Combine| scatter_along(cx, base, dim, idx, u, c);
+    let out = reduce_into(cx, xv, red, include_self, &f, src)?;
+    one(cx.reshape(out, &xd))
+}
+
+fn index_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    check!(index.dtype == DType::I64, Index, "index_fill_(): Expected dtype int64 for index.");
+    let id = cx.dims(index.v);
+    check!(id.len() <= 1, Runtime, "Index has to be a vector/scalar");
+    let xd = cx.dims(x.v);
+    let dim = wrap_dim(args.int("dim")?, xd.len())?;
+    let value = value_arg(cx, args, "value", x.dtype, "index_fill_")?;
+    let n = numel(&id);
+    if n == 0 || numel(&xd) == 0 {
+        return one(x.v);
+    }
+    let xs = nonempty(&xd);
+    let size = xs[dim];
+    let idx = cx.reshape(index.v, &[n]);
+    let idx = wrap_negative(cx, idx, size);
+    let none = cx.full(0.0, DType::Bool, &[size]);
+    let yes = cx.full(1.0, DType::Bool, &[n]);
+    let hit = scatter_along(cx, none, 0, idx, yes, Combine::Replace);
+    let hit = cx.broadcast_in_dim(hit, &xs, &[dim as i64]);
+    let hit = cx.reshape(hit, &xd);
+    let v = cx.broadcast_in_dim(value, &xd, &[]);
+    one(cx.select(hit, v, x.v))
+}
+
+// ---- masked_scatter, take, put ----------------------------------------------------------------------
+
+fn masked_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let mask = args.tensor("mask")?;
+    let source = args.tensor("source")?;
+    check!(
+        mask.dtype == DType::Bool,
+        Runtime,
+        "masked_scatter_ only supports boolean masks, but got mask with dtype {}",
+        mask.dtype.torch_name()
+    );
+    check!(
+        source.dtype == x.dtype,
+        Runtime,
+        "masked_scatter: expected self and source to have same dtypes but got{} and {}",
+        x.dtype.torch_name(),
+        source.dtype.torch_name()
+    );
+    let xd = cx.dims(x.v);
+    let md = cx.dims(mask.v);
+    let b = broadcast_shapes(&[xd.clone(), md.clone()])?;
+    check!(b == xd, Runtime, "masked_scatter_: the mask of shape {} cannot be broadcast to self of shape {}", shape_str(&md), shape_str(&xd));
+    let ns = numel(&cx.dims(source.v));
+    let n = numel(&xd);
+    if n == 0 || ns == 0 {
+        return one(x.v);
+    }
+    let m = cx.broadcast_to(mask.v, &xd);
+    let flat = cx.reshape(m, &[n]);
+    let pos = compact_positions(cx, flat, 0);
+    let src = cx.reshape(source.v, &[ns]);
+    let picked = take_along(cx, src, 0, pos);
+    let picked = cx.reshape(picked, &xd);
+    one(cx.select(m, picked, x.v))
+}
+
+fn take(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    check!(index.dtype == DType::I64, Runtime, "take(): Expected a long tensor for index, but got {}", index.dtype.torch_name());
+    let id = cx.dims(index.v);
+    let n = numel(&cx.dims(x.v));
+    if numel(&id) == 0 {
+        return one(cx.full(0.0, x.dtype, &id));
+    }
+    check!(n > 0, Index, "take(): tried to take from an empty tensor");
+    let flat = cx.reshape(x.v, &[n]);
+    let idx = wrap_negative(cx, index.v, n);
+    one(take_along(cx, flat, 0, idx))
+}
+
+fn put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let index = args.tensor("index")?;
+    let source = args.tensor("source")?;
+    let accumulate = args.bool_or("accumulate", false)?;
+    check!(index.dtype == DType::I64, Runtime, "put_(): Expected a long tensor for index, but got {}", index.dtype.torch_name());
+    check!(
+        source.dtype == x.dtype,
+        Runtime,
+        "put_(): self and source expected to have the same dtype, but got self.dtype = {} and source.dtype = {}",
+        x.dtype.torch_name(),
+        source.dtype.torch_name()
+    );
+    let ni = numel(&cx.dims(index.v));
+    let ns = numel(&cx.dims(source.v));
+    check!(
+        ni == ns,
+        Index,
+        "put_(): Expected source and index to have the same number of elements, but got source.numel() = {}, index.numel() = {}",
+        ns,
+        ni
+    );
+    let xd = cx.dims(x.v);
+    let n = numel(&xd);
+    if ni == 0 {
+        return one(x.v);
+    }
+    check!(n > 0, Index, "put_(): Tried to put elements into an empty tensor");
+    let flat = cx.reshape(x.v, &[n]);
+    let idx = cx.reshape(index.v, &[ni]);
+    let idx = wrap_negative(cx, idx, n);
+    let src = cx.reshape(source.v, &[ns]);
+    let c = if accumulate { Combine::Add } else { Combine::Replace };
+    let out = scatter_along(cx, flat, 0, idx, src, c);
+    one(cx.reshape(out, &xd))
+}
+
+// ---- embedding ------------------------------------------------------------------------------------
+
+fn embedding_dense_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let grad = args.tensor("grad_output")?;
+    let indices = args.tensor("indices")?;
+    check!(
+        is_index_dtype(indices.dtype),
+        Runtime,
+        "Expected tensor for argument #2 'indices' to have one of the following scalar types: Long, Int; but got {} instead (while checking arguments for embedding_backward)",
+        tensor_type_name(indices.dtype)
+    );
+    let num_weights = args.int("num_weights")?;
+    let padding_idx = args.int("padding_idx")?;
+    let scale = args.bool("scale_grad_by_freq")?;
+    let gd = cx.dims(grad.v);
+    let n = numel(&cx.dims(indices.v));
+    let width = if gd.is_empty() { 1 } else { *gd.last().unwrap() };
+    let out_dims = [num_weights, width];
+    if n == 0 || numel(&out_dims) == 0 {
+        return one(cx.full(0.0, grad.dtype, &out_dims));
+    }
+    let idx = cx.reshape(indices.v, &[n]);
+    let idx = cx.convert(idx, ElemType::I64);
+    let mut rows = cx.reshape(grad.v, &[n, width]);
+    if scale {
+        let ones = cx.full(1.0, I64, &[n]);
+        let zeros = cx.full(0.0, I64, &[num_weights]);
+        let counts = scatter_along(cx, zeros, 0, idx, ones, Combine::Add);
+        let c = take_along(cx, counts, 0, idx);
+        let c = cx.convert(c, grad.dtype.elem());
+        let c = cx.broadcast_in_dim(c, &[n, width], &[0]);
+        rows = cx.div(rows, c);
+    }
+    if padding_idx >= 0 {
+        let p = cx.full(padding_idx as f64, I64, &[n]);
+        let is_pad = cx.compare(CmpDir::Eq, idx, p);
+        let is_pad = cx.broadcast_in_dim(is_pad, &[n, width], &[0]);
+        let z = cx.full(0.0, grad.dtype, &[n, width]);
+        rows = cx.select(is_pad, z, rows);
+    }
+    let zeros = cx.full(0.0, grad.dtype, &out_dims);
+    one(scatter_along(cx, zeros, 0, idx, rows, Combine::Add))
+}
+
+/// The legacy tensor type name PyTorch prints in argument checks ("torch.FloatTensor").
+fn tensor_type_name(d: DType) -> String {
+    format!("torch.{}Tensor", d.torch_name())
+}
+
+// ---- data-dependent sizes -------------------------------------------------------------------------
+
+fn size(args: &Args) -> Result<i64> {
+    args.int("__size")
+}
+
+fn nonzero_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let b = cx.cast(x.v, DType::Bool);
+    one(count_all(cx, b))
+}
+
+/// The coordinates of the true elements of `mask` (row-major), `rows` of them, padded with
+/// `fill` when there are fewer.
+fn nonzero_coords(cx: &mut Cx, mask: Value, rows: i64, fill: i64) -> Value {
+    let dims = cx.dims(mask);
+    let r = dims.len() as i64;
+    let n = numel(&dims);
+    if r == 0 || n == 0 || rows == 0 {
+        return cx.splat_i64(fill, &TensorType::new(ElemType::I64, &[rows, r]));
+    }
+    let ty = TensorType::new(ElemType::I64, &dims);
+    let parts: Vec<Value> = (0..r)
+        .map(|d| {
+            let c = cx.iota(&ty, d);
+            cx.reshape(c, &[n, 1])
+        })
+        .collect();
+    let coords = cx.concatenate(&parts, 1);
+    let flat = cx.reshape(mask, &[n]);
+    let pos = compact_positions(cx, flat, rows);
+    let rows_plus = cx.splat_i64(fill, &TensorType::new(ElemType::I64, &[rows + 1, r]));
+    let out = scatter_along(cx, rows_plus, 0, pos, coords, Combine::Replace);
+    cx.slice(out, &[0, 0], &[rows, r], &[1, 1])
+}
+
+fn nonzero(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let rows = size(args)?;
+    let b = cx.cast(x.v, DType::Bool);
+    one(nonzero_coords(cx, b, rows, 0))
+}
+
+fn nonzero_static(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let rows = args.int("size")?;
+    check!(rows >= 0, Runtime, "nonzero_static: 'size' must be an non-negative integer, but got size: {}", rows);
+    let fill = args.int_or("fill_value", -1)?;
+    let b = cx.cast(x.v, DType::Bool);
+    one(nonzero_coords(cx, b, rows, fill))
+}
+
+fn count_nonzero(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let xd = cx.dims(x.v);
+    let mut dims: Vec<i64> = Vec::new();
+    for d in args.opt_ints("dim")?.unwrap_or_default() {
+        let w = wrap_dim(d, xd.len())? as i64;
+        check!(!dims.contains(&w), Runtime, "dim {} appears multiple times in the list of dims", w);
+        dims.push(w);
+    }
+    if dims.is_empty() {
+        dims = (0..xd.len() as i64).collect();
+    }
+    if xd.is_empty() {
+        dims.clear();
+    }
+    let b = cx.cast(x.v, DType::Bool);
+    let v = cx.convert(b, ElemType::I64);
+    let z = cx.constant_i64(0, ElemType::I64);
+    one(cx.reduce(&[v], &[z], &dims, |b, a| vec![b.add(a[0], a[1])])[0])
+}
+
+fn masked_select_args(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
+    let x = args.tensor("self")?;
+    let mask = args.tensor("mask")?;
+    check!(mask.dtype == DType::Bool, Runtime, "masked_select: expected BoolTensor for mask");
+    let vs = cx.broadcast_all(&[x.v, mask.v])?;
+    Ok((vs[0], vs[1]))
+}
+
+fn masked_select_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (_, m) = masked_select_args(cx, args)?;
+    one(count_all(cx, m))
+}
+
+/// The elements of `x` where `mask` is true, in row-major order; `rows` of them.
+fn compact(cx: &mut Cx, x: Value, mask: Value, rows: i64) -> Value {
+    let dt = cx.dtype(x);
+    let n = numel(&cx.dims(x));
+    if n == 0 || rows == 0 {
+        return cx.full(0.0, dt, &[rows]);
+    }
+    let flat = cx.reshape(x, &[n]);
+    let fm = cx.reshape(mask, &[n]);
+    let pos = compact_positions(cx, fm, rows);
+    let out = cx.full(0.0, dt, &[rows + 1]);
+    let out = scatter_along(cx, out, 0, pos, flat, Combine::Replace);
+    cx.slice(out, &[0], &[rows], &[1])
+}
+
+fn masked_select(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let rows = size(args)?;
+    let (x, m) = masked_select_args(cx, args)?;
+    one(compact(cx, x, m, rows))
+}
+
+// ---- unique -----------------------------------------------------------------------------------------
+
+/// Sorts a 1-D value ascending (NaN last), carrying the original positions along.
+fn sort_with_positions(cx: &mut Cx, v: Value) -> (Value, Value) {
+    let n = cx.dims(v)[0];
+    let dt = cx.dtype(v);
+    let key = if dt == DType::Bool { cx.convert(v, ElemType::U8) } else { v };
+    let pos = cx.iota(&TensorType::new(ElemType::I64, &[n]), 0);
+    let is_float = dt.is_float();
+    let r = cx.sort(&[key, pos], 0, true, move |b, a| {
+        let lt = b.compare(CmpDir::Lt, a[0], a[1]);
+        if !is_float {
+            return lt;
+        }
+        // NaN sorts after everything else.
+        let an = b.compare(CmpDir::Ne, a[0], a[0]);
+        let bn = b.compare(CmpDir::Ne, a[1], a[1]);
+        let not_an = b.not(an);
+        let nan_after = b.and(not_an, bn);
+        b.or(lt, nan_after)
+    });
+    let sorted = if dt == DType::Bool { cx.cast(r[0], DType::Bool) } else { r[0] };
+    (sorted, r[1])
+}
+
+/// For a 1-D value: true where an element differs from the one before it (and at 0).
+fn run_starts(cx: &mut Cx, v: Value) -> Value {
+    let n = cx.dims(v)[0];
+    let first = cx.full(1.0, DType::Bool, &[1]);
+    if n == 1 {
+        return first;
+    }
+    let a = cx.slice(v, &[1], &[n], &[1]);
+    let b = cx.slice(v, &[0], &[n - 1], &[1]);
+    let ne = cx.compare(CmpDir::Ne, a, b);
+    cx.concatenate(&[first, ne], 0)
+}
+
+fn unique_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let n = numel(&cx.dims(x.v));
+    if n == 0 {
+        return one(cx.constant_i64(0, ElemType::I64));
+    }
+    let flat = cx.reshape(x.v, &[n]);
+    let (s, _) = sort_with_positions(cx, flat);
+    let starts = run_starts(cx, s);
+    one(count_all(cx, starts))
+}
+
+/// unique over runs of a 1-D sequence `s` whose elements came from positions `perm` of the input
+/// (dims `in_dims`): (values, inverse, counts) with empty inverse/counts unless asked for.
+fn unique_runs(cx: &mut Cx, s: Value, perm: Option<Value>, in_dims: &[i64], rows: i64, inverse: bool, counts: bool) -> Vec<Out> {
+    let dt = cx.dtype(s);
+    let n = cx.dims(s)[0];
+    let starts = run_starts(cx, s);
+    let pos = compact_positions(cx, starts, rows);
+    let values = {
+        let out = cx.full(0.0, dt, &[rows + 1]);
+        let out = scatter_along(cx, out, 0, pos, s, Combine::Replace);
+        cx.slice(out, &[0], &[rows], &[1])
+    };
+    let group = {
+        let s64 = cx.convert(starts, ElemType::I64);
+        let c = cumsum_1d(cx, s64);
+        let one_ = cx.full(1.0, I64, &[n]);
+        cx.sub(c, one_)
+    };
+    let inv = if inverse {
+        let g = match perm {
+            Some(p) => {
+                let z = cx.full(0.0, I64, &[n]);
+                scatter_along(cx, z, 0, p, group, Combine::Replace)
+            }
+            None => group,
+        };
+        cx.reshape(g, in_dims)
+    } else {
+        cx.full(0.0, I64, &[0])
+    };
+    let cnt = if counts {
+        let z = cx.full(0.0, I64, &[rows]);
+        let ones = cx.full(1.0, I64, &[n]);
+        scatter_along(cx, z, 0, group, ones, Combine::Add)
+    } else {
+        cx.full(0.0, I64, &[0])
+    };
+    vec![Out::Tensor(values), Out::Tensor(inv), Out::Tensor(cnt)]
+}
+
+fn unique_common(cx: &mut Cx, args: &Args, inverse: bool, counts: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let rows = size(args)?;
+    let xd = cx.dims(x.v);
+    let n = numel(&xd);
+    if n == 0 {
+        let inv = if inverse { cx.full(0.0, I64, &xd) } else { cx.full(0.0, I64, &[0]) };
+        return Ok(vec![Out::Tensor(cx.full(0.0, x.dtype, &[0])), Out::Tensor(inv), Out::Tensor(cx.full(0.0, I64, &[0]))]);
+    }
+    let flat = cx.reshape(x.v, &[n]);
+    let (s, perm) = sort_with_positions(cx, flat);
+    Ok(unique_runs(cx, s, Some(perm), &xd, rows, inverse, counts))
+}
+
+fn unique2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let inverse = args.bool_or("return_inverse", false)?;
+    let counts = args.bool_or("return_counts", false)?;
+    unique_common(cx, args, inverse, counts)
+}
+
+fn unique1(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let inverse = args.bool_or("return_inverse", false)?;
+    let mut outs = unique_common(cx, args, inverse, false)?;
+    outs.truncate(2);
+    Ok(outs)
+}
+
+/// unique_consecutive / unique_dim_consecutive: the dim to work along (None: flattened).
+fn consecutive_dim(cx: &Cx, args: &Args) -> Result<Option<usize>> {
+    let x = args.tensor("self")?;
+    let xd = cx.dims(x.v);
+    match args.opt_int("dim")? {
+        None => Ok(None),
+        Some(d) => Ok(Some(wrap_dim(d, xd.len())?)),
+    }
+}
+
+/// The slices of `x` along `dim` as rows of a 2-D value [size(dim), rest].
+fn rows_along(cx: &mut Cx, x: Value, dim: usize) -> Value {
+    let xd = cx.dims(x);
+    let r = xd.len();
+    let mut perm = vec![dim as i64];
+    perm.extend((0..r).filter(|&d| d != dim).map(|d| d as i64));
+    let t = cx.transpose(x, &perm);
+    let rest: i64 = xd.iter().enumerate().filter(|&(d, _)| d != dim).map(|(_, &s)| s).product();
+    cx.reshape(t, &[xd[dim], rest])
+}
+
+/// true where row i differs from row i-1 (and at 0).
+fn row_starts(cx: &mut Cx, rows: Value) -> Value {
+    let d = cx.dims(rows);
+    let (n, m) = (d[0], d[1]);
+    let first = cx.full(1.0, DType::Bool, &[1]);
+    if n == 1 {
+        return first;
+    }
+    if m == 0 {
+        let f = cx.full(0.0, DType::Bool, &[n - 1]);
+        return cx.concatenate(&[first, f], 0);
+    }
+    let a = cx.slice(rows, &[1, 0], &[n, m], &[1, 1]);
+    let b = cx.slice(rows, &[0, 0], &[n - 1, m], &[1, 1]);
+    let ne = cx.compare(CmpDir::Ne, a, b);
+    let f = cx.constant_bool(false);
+    let any = cx.reduce(&[ne], &[f], &[1], |b, a| vec![b.or(a[0], a[1])])[0];
+    cx.concatenate(&[first, any], 0)
+}
+
+fn unique_consecutive_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let xd = cx.dims(x.v);
+    let dim = consecutive_dim(cx, args)?;
+    let starts = match dim {
+        None => {
+            let n = numel(&xd);
+            if n == 0 {
+                return one(cx.constant_i64(0, ElemType::I64));
+            }
+            let flat = cx.reshape(x.v, &[n]);
+            run_starts(cx, flat)
+        }
+        Some(d) => {
+            if xd.is_empty() || xd[d] == 0 {
+                return one(cx.constant_i64(0, ElemType::I64));
+            }
+            let rows = rows_along(cx, x.v, d);
+            row_starts(cx, rows)
+        }
+    };
+    one(count_all(cx, starts))
+}
+
+/// Unique rows of `rows` [n, m] (already ordered so equal rows are adjacent): the kept rows in
+/// the layout of `x` along `dim`, the group of each row, and the group sizes.
+#[allow(clippy::too_many_arguments)]
+fn unique_rows(cx: &mut Cx, x: &Tensor, dim: usize, rows2: Value, perm: Option<Value>, k: i64, inverse: bool, counts: bool) -> Vec<Out> {
+    let xd = cx.dims(x.v);
+    let d = cx.dims(rows2);
+    let (n, m) = (d[0], d[1]);
+    let starts = row_starts(cx, rows2);
+    let pos = compact_positions(cx, starts, k);
+    let out = cx.full(0.0, x.dtype, &[k + 1, m]);
+    let out = scatter_along(cx, out, 0, pos, rows2, Combine::Replace);
+    let out = cx.slice(out, &[0, 0], &[k, m], &[1, 1]);
+    // Back to x's layout with dim of size k.
+    let mut tdims = vec![k];
+    tdims.extend(xd.iter().enumerate().filter(|&(i, _)| i != dim).map(|(_, &s)| s));
+    let out = cx.reshape(out, &tdims);
+    let mut perm_t = vec![dim as i64];
+    perm_t.extend((0..xd.len()).filter(|&i| i != dim).map(|i| i as i64));
+    let values = cx.transpose(out, &inverse_perm(&perm_t));
+    let s64 = cx.convert(starts, ElemType::I64);
+    let c = cumsum_1d(cx, s64);
+    let one_ = cx.full(1.0, I64, &[n]);
+    let group = cx.sub(c, one_);
+    let inv = if inverse {
+        match perm {
+            Some(p) => {
+                let z = cx.full(0.0, I64, &[n]);
+                scatter_along(cx, z, 0, p, group, Combine::Replace)
+            }
+            None => group,
+        }
+    } else {
+        cx.full(0.0, I64, &[0])
+    };
+    let cnt = if counts {
+        let z = cx.full(0.0, I64, &[k]);
+        let ones = cx.full(1.0, I64, &[n]);
+        scatter_along(cx, z, 0, group, ones, Combine::Add)
+    } else {
+        cx.full(0.0, I64, &[0])
+    };
+    vec![Out::Tensor(values), Out::Tensor(inv), Out::Tensor(cnt)]
+}
+
+fn unique_consecutive(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let rows = size(args)?;
+    let inverse = args.bool_or("return_inverse", false)?;
+    let counts = args.bool_or("return_counts", false)?;
+    let xd = cx.dims(x.v);
+    let empty_i = |cx: &mut Cx, d: &[i64]| cx.full(0.0, I64, d);
+    match consecutive_dim(cx, args)? {
+        None => {
+            let n = numel(&xd);
+            if n == 0 {
+                let inv = if inverse { empty_i(cx, &xd) } else { empty_i(cx, &[0]) };
+                return Ok(vec![Out::Tensor(cx.full(0.0, x.dtype, &[0])), Out::Tensor(inv), Out::Tensor(empty_i(cx, &[0]))]);
+            }
+            let flat = cx.reshape(x.v, &[n]);
+            Ok(unique_runs(cx, flat, None, &xd, rows, inverse, counts))
+        }
+        Some(d) => {
+            check!(!xd.is_empty(), Index, "Dimension out of range (expected to be in range of [-1, 0], but got {})", d);
+            if xd[d] == 0 {
+                let inv = empty_i(cx, &[0]);
+                return Ok(vec![Out::Tensor(x.v), Out::Tensor(inv), Out::Tensor(empty_i(cx, &[0]))]);
+            }
+            let r2 = rows_along(cx, x.v, d);
+            Ok(unique_rows(cx, &x, d, r2, None, rows, inverse, counts))
+        }
+    }
+}
+
+/// Sorts the rows of [n, m] lexicographically (stable sorts from the last column to the first),
+/// returning the sorted rows and where each came from.
+fn sort_rows(cx: &mut Cx, rows2: Value) -> (Value, Value) {
+    let d = cx.dims(rows2);
+    let (n, m) = (d[0], d[1]);
+    let mut perm = cx.iota(&TensorType::new(ElemType::I64, &[n]), 0);
+    for c in (0..m).rev() {
+        let col = cx.slice(rows2, &[0, c], &[n, c + 1], &[1, 1]);
+        let col = cx.reshape(col, &[n]);
+        let col = take_along(cx, col, 0, perm);
+        let (_, p) = sort_with_positions(cx, col);
+        perm = take_along(cx, perm, 0, p);
+    }
+    (take_along(cx, rows2, 0, perm), perm)
+}
+
+fn unique_dim_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let xd = cx.dims(x.v);
+    let d = wrap_dim(args.int("dim")?, xd.len())?;
+    if xd.is_empty() || xd[d] == 0 {
+        return one(cx.constant_i64(0, ElemType::I64));
+    }
+    let r2 = rows_along(cx, x.v, d);
+    let (s, _) = sort_rows(cx, r2);
+    let starts = row_starts(cx, s);
+    one(count_all(cx, starts))
+}
+
+fn unique_dim(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let rows = size(args)?;
+    let inverse = args.bool_or("return_inverse", false)?;
+    let counts = args.bool_or("return_counts", false)?;
+    let xd = cx.dims(x.v);
+    let d = wrap_dim(args.int("dim")?, xd.len())?;
+    check!(!xd.is_empty(), Index, "Dimension out of range (expected to be in range of [-1, 0], but got {})", d);
+    if xd[d] == 0 {
+        return Ok(vec![Out::Tensor(x.v), Out::Tensor(cx.full(0.0, I64, &[0])), Out::Tensor(cx.full(0.0, I64, &[0]))]);
+    }
+    let r2 = rows_along(cx, x.v, d);
+    let (s, perm) = sort_rows(cx, r2);
+    Ok(unique_rows(cx, &x, d, s, Some(perm), rows, inverse, counts))
+}

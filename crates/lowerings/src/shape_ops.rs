@@ -1,0 +1,226 @@
+//! Shape ops that move data (the pure views are metadata in the C++ shim): cat, flip, roll,
+//! tril/triu, unfold_backward, repeat_interleave.
+use crate::args::Args;
+use crate::cx::{wrap_dim, Cx};
+use crate::dtype::{can_cast, promote, DType};
+use crate::error::Result;
+use crate::indexing::{count_all, cumsum_1d, scatter_along, Combine};
+use crate::{check, one, Out, Registry};
+use stablehlo::{CmpDir, ElemType, TensorType, Value};
+
+pub fn register(r: &mut Registry) {
+    r.add("cat", cat);
+    r.add("flip", flip);
+    r.add("roll", roll);
+    r.add("tril", |cx, a| triangle(cx, a, true));
+    r.add("triu", |cx, a| triangle(cx, a, false));
+    r.add("unfold_backward", unfold_backward);
+    r.add_sized("repeat_interleave", repeat_interleave_size, repeat_interleave);
+}
+
+fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let ts = args.tensors("tensors")?;
+    check!(!ts.is_empty(), Value, "torch.cat(): expected a non-empty list of Tensors");
+    let dtype = ts.iter().map(|t| t.dtype).reduce(promote).unwrap();
+    if let Ok(out) = args.tensor("out") {
+        check!(
+            can_cast(dtype, out.dtype),
+            Type,
+            "torch.cat(): input types can't be cast to the desired output type {}",
+            out.dtype.torch_name()
+        );
+    }
+    let shapes: Vec<Vec<i64>> = ts.iter().map(|t| cx.dims(t.v)).collect();
+    for (i, s) in shapes.iter().enumerate() {
+        check!(!s.is_empty(), Runtime, "zero-dimensional tensor (at position {}) cannot be concatenated", i);
+    }
+    // Legacy: 1-D empty tensors are skipped whatever the other shapes.
+    let skip = |s: &Vec<i64>| s.len() == 1 && s[0] == 0;
+    let Some(first) = shapes.iter().position(|s| !skip(s)) else {
+        return one(cx.full(0.0, dtype, &[0]));
+    };
+    let r = shapes[first].len();
+    let dim = wrap_dim(args.int_or("dim", 0)?, r)?;
+    let mut out = shapes[first].clone();
+    out[dim] = 0;
+    for (i, s) in shapes.iter().enumerate() {
+        if skip(s) {
+            continue;
+        }
+        check!(s.len() == r, Runtime, "Tensors must have same number of dimensions: got {} and {}", r, s.len());
+        for d in 0..r {
+            check!(
+                d == dim || s[d] == shapes[first][d],
+                Runtime,
+                "Sizes of tensors must match except in dimension {}. Expected size {} but got size {} for tensor number {} in the list.",
+                dim,
+                shapes[first][d],
+                s[d],
+                i
+            );
+        }
+        out[dim] += s[dim];
+    }
+    if out.iter().product::<i64>() == 0 {
+        return one(cx.full(0.0, dtype, &out));
+    }
+    let parts: Vec<Value> = ts
+        .iter()
+        .zip(&shapes)
+        .filter(|(_, s)| !skip(s) && s[dim] > 0)
+        .map(|(t, _)| cx.cast(t.v, dtype))
+        .collect();
+    one(cx.concatenate(&parts, dim as i64))
+}
+
+fn flip(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let xd = cx.dims(x.v);
+    let mut dims = Vec::new();
+    for d in args.ints("dims")? {
+        let w = wrap_dim(d, xd.len())?;
+        check!(!dims.contains(&(w as i64)), Runtime, "dim {} appears multiple times in the list of dims", w);
+        dims.push(w as i64);
+    }
+    if xd.is_empty() {
+        return one(x.v);
+    }
+    one(cx.reverse(x.v, &dims))
+}
+
+/// x rolled by `shift` along `dim`: element i moves to (i + shift) mod size.
+fn roll_dim(cx: &mut Cx, x: Value, shift: i64, dim: usize) -> Value {
+    let xd = cx.dims(x);
+    let n = xd[dim];
+    if n == 0 {
+        return x;
+    }
+    let s = shift.rem_euclid(n);
+    if s == 0 {
+        return x;
+    }
+    let r = xd.len();
+    let zero = vec![0; r];
+    let ones = vec![1; r];
+    let mut mid = xd.clone();
+    mid[dim] = n - s;
+    let mut start = zero.clone();
+    start[dim] = n - s;
+    let tail = cx.slice(x, &start, &xd, &ones);
+    let head = cx.slice(x, &zero, &mid, &ones);
+    cx.concatenate(&[tail, head], dim as i64)
+}
+
+fn roll(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let shifts = args.ints("shifts")?;
+    let dims = args.opt_ints("dims")?.unwrap_or_default();
+    let xd = cx.dims(x.v);
+    if dims.is_empty() {
+        check!(shifts.len() == 1, Runtime, "shifts and dimensions must align. shifts: {}, dims:{}", shifts.len(), dims.len());
+        let n: i64 = xd.iter().product();
+        let flat = cx.reshape(x.v, &[n]);
+        let rolled = roll_dim(cx, flat, shifts[0], 0);
+        return one(cx.reshape(rolled, &xd));
+    }
+    check!(
+        shifts.len() == dims.len(),
+        Runtime,
+        "shifts and dimensions must align. shifts: {}, dims:{}",
+        shifts.len(),
+        dims.len()
+    );
+    let mut v = x.v;
+    for (&s, &d) in shifts.iter().zip(&dims) {
+        let d = wrap_dim(d, xd.len())?;
+        if xd.is_empty() {
+            continue;
+        }
+        v = roll_dim(cx, v, s, d);
+    }
+    one(v)
+}
+
+fn triangle(cx: &mut Cx, args: &Args, lower: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let k = args.int_or("diagonal", 0)?;
+    let xd = cx.dims(x.v);
+    let r = xd.len();
+    check!(r >= 2, Runtime, "{}: input tensor must have at least 2 dimensions", if lower { "tril" } else { "triu" });
+    let ty = TensorType::new(ElemType::I64, &xd);
+    let row = cx.iota(&ty, r as i64 - 2);
+    let col = cx.iota(&ty, r as i64 - 1);
+    let diff = cx.sub(col, row);
+    let kk = cx.full(k as f64, DType::I64, &xd);
+    let keep = cx.compare(if lower { CmpDir::Le } else { CmpDir::Ge }, diff, kk);
+    let zero = cx.full(0.0, x.dtype, &xd);
+    one(cx.select(keep, x.v, zero))
+}
+
+/// The gradient of Tensor.unfold(dim, size, step): every window's elements added back.
+fn unfold_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let g = args.tensor("grad_in")?;
+    let sizes = args.ints("input_sizes")?;
+    let size = args.int("size")?;
+    let step = args.int("step")?;
+    let gd = cx.dims(g.v);
+    if sizes.is_empty() {
+        // A 0-d input unfolds into one window of one element.
+        return one(cx.reshape(g.v, &[]));
+    }
+    let dim = wrap_dim(args.int("dim")?, sizes.len())?;
+    let r = sizes.len();
+    let nw = gd[dim];
+    if gd.iter().product::<i64>() == 0 {
+        return one(cx.full(0.0, g.dtype, &sizes));
+    }
+    // [pre, nw, post, size] -> [pre, nw, size, post] -> [pre, nw * size, post]
+    let mut perm: Vec<i64> = (0..=dim as i64).collect();
+    perm.push(r as i64);
+    perm.extend(dim as i64 + 1..r as i64);
+    let t = cx.transpose(g.v, &perm);
+    let mut flat = sizes.clone();
+    flat[dim] = nw * size;
+    let upd = cx.reshape(t, &flat);
+    let idx: Vec<i64> = (0..nw).flat_map(|w| (0..size).map(move |j| w * step + j)).collect();
+    let idx = cx.constant_array_i64(&idx, &[nw * size], ElemType::I64);
+    let zeros = cx.full(0.0, g.dtype, &sizes);
+    one(scatter_along(cx, zeros, dim, idx, upd, Combine::Add))
+}
+
+fn repeats_arg(cx: &Cx, args: &Args) -> Result<crate::Tensor> {
+    let r = args.tensor("repeats")?;
+    check!(cx.rank(r.v) <= 1, Runtime, "repeat_interleave only accept 1D vector as repeat");
+    check!(matches!(r.dtype, DType::I64 | DType::I32), Runtime, "repeats has to be Long or Int tensor");
+    Ok(r)
+}
+
+fn repeat_interleave_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let r = repeats_arg(cx, args)?;
+    if let Some(n) = args.opt_int("output_size")? {
+        return one(cx.constant_i64(n, ElemType::I64));
+    }
+    one(count_all(cx, r.v))
+}
+
+/// repeat_interleave(repeats): i repeated repeats[i] times, for every i.
+fn repeat_interleave(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let r = repeats_arg(cx, args)?;
+    let total = args.int("__size")?;
+    let n: i64 = cx.dims(r.v).iter().product();
+    if total == 0 || n == 0 {
+        return one(cx.full(0.0, r.dtype, &[total]));
+    }
+    let rv = cx.reshape(r.v, &[n]);
+    let rv = cx.convert(rv, ElemType::I64);
+    // out[k] = #{i : cumsum(repeats)[i] <= k}
+    let ends = cumsum_1d(cx, rv);
+    let marks = cx.full(0.0, DType::I64, &[total + 1]);
+    let ones = cx.full(1.0, DType::I64, &[n]);
+    let hi = cx.full(total as f64, DType::I64, &[n]);
+    let ends = cx.min(ends, hi);
+    let marks = scatter_along(cx, marks, 0, ends, ones, Combine::Add);
+    let marks = cx.slice(marks, &[0], &[total], &[1]);
+    let out = cumsum_1d(cx, marks);
+    one(cx.convert(out, r.dtype.elem()))
+}
