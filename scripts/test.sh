@@ -7,6 +7,9 @@ SITE=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purel
 export PJRT_CPU_PLUGIN="$SITE/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so"
 export PJRT_NEWER_CPU_PLUGIN="$SITE/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"
 export TORCHTPU_REQUIRE_PLUGINS=1
+# A fresh executable cache, so that the tests exercise compiling as well as loading.
+export TORCHTPU_CACHE_DIR="$(mktemp -d)"
+trap 'rm -rf "$TORCHTPU_CACHE_DIR"' EXIT
 export PYO3_PYTHON="$PWD/.venv/bin/python"
 cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
 .venv/bin/python -m pytest -q -x --timeout=900 "$@"

@@ -13,6 +13,11 @@ def _autoload():
     """
 
 
+import os  # noqa: E402
+
+# XLA's plugins log informational lines to stderr at start; keep warnings and errors.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
 import torch  # noqa: E402
 
 from . import _platform  # noqa: E402

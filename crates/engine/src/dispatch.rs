@@ -595,7 +595,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     feeds = ordered;
     let text = b.cx.b.finish(&results);
     let rt = runtime()?;
-    let exe = rt.client.compile(&text, &rt.compile_options).map_err(|e| {
+    let exe = rt.compile(&text).map_err(|e| {
         Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text))
     })?;
     Ok(Built::Entry(Entry { exe, feeds, results: specs, returns }))

@@ -3,6 +3,7 @@
 pub mod abi;
 pub mod cell;
 pub mod dispatch;
+pub mod disk_cache;
 pub mod host;
 pub mod runtime;
 pub mod view;

@@ -1,13 +1,15 @@
 //! The process-wide PJRT client, created on first use from the plugin the Python package chose.
-use crate::Error;
+use crate::{disk_cache, Error};
 use std::sync::{Mutex, OnceLock};
 
 pub struct Runtime {
     pub client: pjrt::Client,
     pub devices: Vec<pjrt::Device>,
     pub compile_options: Vec<u8>,
-    /// Identifies the plugin for caches: path, API version, platform and its version.
+    /// Identifies the plugin for caches: its content hash, API version, platform and version.
     pub identity: String,
+    /// The persistent executable cache's directory, if enabled.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -45,16 +47,12 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let client = pjrt::Client::new(&plugin, &opts)?;
     let devices = client.addressable_devices();
     let (maj, min) = plugin.api_version();
-    let identity = format!(
-        "{}|{}.{}|{}|{}",
-        cfg.plugin_path,
-        maj,
-        min,
-        client.platform_name(),
-        client.platform_version()
-    );
+    let cache_dir = disk_cache::directory();
+    let fingerprint = disk_cache::plugin_fingerprint(cache_dir.as_deref(), std::path::Path::new(&cfg.plugin_path))
+        .map_err(|e| pjrt::Error::new(2, format!("reading the plugin file: {e}")))?;
+    let identity = format!("{}|{}.{}|{}|{}", fingerprint, maj, min, client.platform_name(), client.platform_version());
     // Portable executables run on any device of the client: one compiled op serves all devices.
-    Ok(Runtime { client, devices, compile_options: pjrt::portable_compile_options_proto(), identity })
+    Ok(Runtime { client, devices, compile_options: pjrt::portable_compile_options_proto(), identity, cache_dir })
 }
 
 impl Runtime {
@@ -62,5 +60,26 @@ impl Runtime {
         self.devices
             .get(index.max(0) as usize)
             .ok_or_else(|| Error::runtime(format!("torchtpu: invalid device index {index}")))
+    }
+}
+
+impl Runtime {
+    /// Compiles a program, or loads it from the persistent cache when an entry for exactly
+    /// this program, plugin and options exists.
+    pub fn compile(&self, text: &str) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
+        let Some(dir) = &self.cache_dir else {
+            return self.client.compile(text, &self.compile_options);
+        };
+        if let Some(bytes) = disk_cache::load(dir, &self.identity, &self.compile_options, text) {
+            if let Ok(exe) = self.client.deserialize_executable(&bytes, None) {
+                disk_cache::DISK_HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok(exe);
+            }
+        }
+        let exe = self.client.compile(text, &self.compile_options)?;
+        if let Ok(bytes) = exe.serialize() {
+            disk_cache::store(dir, &self.identity, &self.compile_options, text, &bytes);
+        }
+        Ok(exe)
     }
 }
