@@ -279,7 +279,9 @@ TtArg encode(CallFrame& f, const c10::IValue& v, const c10::Argument& schema_arg
       a.kind = TT_NONE;
     }
   } else if (v.isTensor()) {
-    a = encode_tensor(f, v.toTensor());
+    // Autograd passes undefined tensors for gradients that are zero: they mean None.
+    if (v.toTensor().defined()) a = encode_tensor(f, v.toTensor());
+    else a.kind = TT_NONE;
   } else if (v.isBool()) {
     a.kind = TT_BOOL;
     a.n.i = v.toBool();
@@ -322,7 +324,8 @@ TtArg encode(CallFrame& f, const c10::IValue& v, const c10::Argument& schema_arg
     auto& out = f.lists.back();
     out.reserve(items.size());
     for (const auto& item : items) {
-      if (item.isTensor()) out.push_back(encode_tensor(f, item.toTensor()));
+      if (item.isTensor() && item.toTensor().defined()) out.push_back(encode_tensor(f, item.toTensor()));
+      else if (item.isTensor()) out.push_back(TtArg{});
       else if (item.isNone()) out.push_back(TtArg{});
       else if (item.isScalar() || item.isDouble() || item.isInt()) out.push_back(encode_scalar(item.toScalar()));
       else TORCH_CHECK_NOT_IMPLEMENTED(false, "torchtpu: unsupported list item ", item.tagKind());
