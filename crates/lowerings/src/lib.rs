@@ -24,6 +24,7 @@ mod views;
 mod linalg;
 mod activations;
 mod reductions;
+mod nn;
 mod indexing;
 mod shape_ops;
 
@@ -103,6 +104,7 @@ pub fn registry() -> &'static Registry {
         linalg::register(&mut r);
         activations::register(&mut r);
         reductions::register(&mut r);
+        nn::register(&mut r);
         indexing::register(&mut r);
         shape_ops::register(&mut r);
         r
