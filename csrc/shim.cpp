@@ -639,6 +639,19 @@ int32_t copy_op_id() {
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
+  TORCH_CHECK_NOT_IMPLEMENTED(!dst.is_conj() && !dst.is_neg(), "torchtpu: copying into a conjugate or negative view");
+  if (self.is_conj() || self.is_neg()) {
+    // Copy the stored values, then apply the pending conjugation / negation to the copy
+    // (the Conjugate and Negative keys fall through to here, see below).
+    at::Tensor raw = self.is_conj() ? self.conj() : self;
+    raw = raw.is_neg() ? at::_neg_view(raw) : raw;
+    copy_from(raw, dst, non_blocking);
+    at::Tensor d = dst;
+    // conj_physical_ is a composite over a CPU-only kernel stub: on tpu use the functional op.
+    if (self.is_conj()) d.device().is_cpu() ? d.conj_physical_() : d.copy_(at::conj_physical(d));
+    if (self.is_neg()) d.neg_();
+    return dst;
+  }
   if (dst.device().type() == kTpu && self.device().type() == kTpu) {
     CallFrame f;
     TtArg args[3]{};
@@ -680,6 +693,17 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 TORCH_LIBRARY(torchtpu, m) { m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]"); }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+
+// Copies handle the conjugate and negative bits themselves; without these fallthroughs the
+// math-bit fallbacks would materialize the source with a copy that comes back here forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);

@@ -194,3 +194,14 @@ def test_two_devices():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("ok")
+
+
+def test_conjugate_and_negative_views_copy():
+    x = torch.randn(6, dtype=torch.complex64)
+    y = x.to("tpu")
+    torch.testing.assert_close(y.conj().cpu(), x.conj())
+    torch.testing.assert_close(y.conj().clone().cpu(), x.conj())
+    torch.testing.assert_close(torch._neg_view(y).cpu(), -x)
+    z = torch.empty(6, dtype=torch.complex64, device="tpu")
+    z.copy_(y.conj())
+    torch.testing.assert_close(z.cpu(), x.conj())

@@ -81,6 +81,8 @@ pub fn register(r: &mut Registry) {
             cx.sub(x, t)
         })
     });
+    r.add("conj_physical", conj_physical);
+    r.add("_conj_physical", conj_physical);
     r.add("isnan", |cx, a| {
         let x = a.tensor("self")?;
         let out = if x.dtype.is_float() { cx.compare(CmpDir::Ne, x.v, x.v) } else { cx.full(0.0, DType::Bool, &cx.dims(x.v)) };
@@ -690,4 +692,15 @@ fn silu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(x.dtype.is_float() || x.dtype.is_complex(), NotImplemented, "\"silu_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let s = cx.logistic(x.v);
     one(cx.mul(x.v, s))
+}
+
+fn conj_physical(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    if !x.dtype.is_complex() {
+        return one(x.v);
+    }
+    let re = cx.real(x.v);
+    let im = cx.imag(x.v);
+    let im = cx.neg(im);
+    one(cx.complex(re, im))
 }
