@@ -50,3 +50,32 @@ def test_graph_returning_inputs_and_views():
     got = torch.compile(f, backend="tpu")(x.to(TPU))
     for g, e in zip(got, f(x)):
         torch.testing.assert_close(g.cpu(), e)
+
+
+def test_recompiles_are_explained_and_counted(caplog):
+    import logging
+    import warnings
+
+    f = torch.compile(lambda x: torch.sin(x) * 3, backend="tpu")
+    with caplog.at_level(logging.INFO, logger="torchtpu.compile"):
+        f(make((2, 3)).to(TPU))
+        f(make((4, 3)).to(TPU))
+        f(make((4, 3), torch.float64).to(TPU))
+    lines = [r.getMessage() for r in caplog.records if "compiles again" in r.getMessage()]
+    assert any("shape [2, 3] -> [4, 3]" in m for m in lines), lines
+    assert any("dtype torch.float32 -> torch.float64" in m for m in lines), lines
+    graphs = [g for g in torch.tpu.compile_stats()["graphs"] if g["kind"] == "forward"]
+    assert graphs[-1]["calls"] == 1 and graphs[-1]["first_call_seconds"] > 0
+    assert graphs[-1]["frame_compiles"] >= 3
+
+    import os
+    os.environ["TORCHTPU_RECOMPILE_WARN"] = "2"
+    try:
+        g = torch.compile(lambda x: x.cos() + 1, backend="tpu")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            for n in range(2, 6):
+                g(make((n,)).to(TPU))
+        assert any("recompiled 2 times" in str(m.message) for m in w), [str(m.message) for m in w]
+    finally:
+        del os.environ["TORCHTPU_RECOMPILE_WARN"]

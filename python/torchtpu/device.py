@@ -153,8 +153,13 @@ def live_buffers():
 
 
 def compile_stats():
-    """Executable cache statistics: hits, misses, compile seconds, executions."""
-    return dict(_C.compile_stats())
+    """Executable cache statistics (hits, misses, compile seconds, executions, persistent
+    cache hits/writes/rejections) and, under "graphs", one entry per torch.compile graph."""
+    from . import dynamo
+
+    stats = dict(_C.compile_stats())
+    stats["graphs"] = dynamo.graph_stats()
+    return stats
 
 
 def lowered_ops():

@@ -4,11 +4,25 @@ AOTAutograd with PyTorch's core ATen decompositions gives forward and backward A
 each is handed to the Rust lowerings (the same ones eager mode uses) as one graph, compiled
 into one PJRT executable per input layout and run as the single op `torchtpu::run_graph`.
 """
+import logging
 import operator
+import os
+import time
+import warnings
 
 import torch
 
 from . import _C
+
+log = logging.getLogger("torchtpu.compile")
+
+# Per dynamo frame: how often it was compiled, the last input signature, and per-graph counts.
+_frames = {}
+_graphs = []
+
+
+def recompile_warn_threshold():
+    return int(os.environ.get("TORCHTPU_RECOMPILE_WARN", "8"))
 
 # c10::ScalarType codes of the dtypes the lowerings know.
 _DTYPE_CODES = {
@@ -81,7 +95,84 @@ class _Encoder:
         self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
 
 
-def compile_graph(gm, example_inputs):
+def _signature(gm, example_inputs):
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    sig = []
+    for name, x in zip(names, example_inputs):
+        if isinstance(x, torch.Tensor):
+            sig.append((name, tuple(x.shape), x.dtype, tuple(x.stride())))
+        else:
+            sig.append((name, repr(x), None, None))
+    return sig
+
+
+def _changes(old, new):
+    if len(old) != len(new):
+        return [f"the graph now takes {len(new)} inputs instead of {len(old)}"]
+    out = []
+    for (name, shape, dtype, stride), (_, shape2, dtype2, stride2) in zip(old, new):
+        if dtype is None or dtype2 is None:
+            if shape != shape2:
+                out.append(f"input {name} changed value {shape} -> {shape2}")
+        elif shape != shape2:
+            out.append(f"input {name} shape {list(shape)} -> {list(shape2)}")
+        elif dtype != dtype2:
+            out.append(f"input {name} dtype {dtype} -> {dtype2}")
+        elif stride != stride2:
+            out.append(f"input {name} strides {list(stride)} -> {list(stride2)}")
+    return out
+
+
+def _failed_guard():
+    """The guard whose failure made dynamo recompile this frame, as dynamo recorded it."""
+    try:
+        from torch._dynamo.utils import guard_failures
+
+        tc = torch._guards.TracingContext.try_get()
+        codes = getattr(tc, "traced_code", None) or []
+        for code in codes:
+            if guard_failures.get(code):
+                return guard_failures[code][-1].splitlines()[0].strip()
+    except Exception:  # noqa: BLE001 - explanations must never break compiling
+        pass
+    return None
+
+
+def _explain_recompile(gm, example_inputs):
+    """Logs why a frame compiles again, and warns when one frame recompiles too often."""
+    cid = torch._guards.CompileContext.current_compile_id()
+    if cid is None:
+        return None
+    sig = _signature(gm, example_inputs)
+    rec = _frames.get(cid.frame_id)
+    if rec is None:
+        _frames[cid.frame_id] = {"compiles": 1, "signature": sig, "reason": None}
+        return cid.frame_id
+    rec["compiles"] += 1
+    changes = _changes(rec["signature"], sig)
+    guard = _failed_guard()
+    what = "; ".join(changes) if changes else "same input shapes, dtypes and strides"
+    reason = f"frame {cid.frame_id} compiles again (compile #{rec['compiles']}): {what}"
+    if guard:
+        reason += f"; failed guard: {guard}"
+    rec["reason"], rec["signature"] = reason, sig
+    log.info("torchtpu.compile: %s", reason)
+    if rec["compiles"] == recompile_warn_threshold() + 1:
+        warnings.warn(f"torchtpu.compile: frame {cid.frame_id} recompiled {rec['compiles'] - 1} times; last: {reason}. "
+                      "Mark varying dimensions dynamic or keep shapes fixed (pad or bucket them).")
+    return cid.frame_id
+
+
+def graph_stats():
+    """Per compiled graph: its frame, kind, calls, and the first call's seconds (compile + run)."""
+    out = []
+    for g in _graphs:
+        rec = _frames.get(g["frame"], {})
+        out.append({**g, "frame_compiles": rec.get("compiles", 0), "last_recompile": rec.get("reason")})
+    return out
+
+
+def compile_graph(gm, example_inputs, kind="forward", frame=None):
     """Compiles one ATen FX graph (the fw or bw compiler of AOTAutograd)."""
     from functorch.compile import make_boxed_func
 
@@ -115,9 +206,18 @@ def compile_graph(gm, example_inputs):
             plan.append(("const", o))
     graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed)
     run_graph = torch.ops.torchtpu.run_graph
+    stats = {"graph": graph_id, "frame": frame, "kind": kind, "nodes": len(enc.nodes), "calls": 0,
+             "first_call_seconds": None}
+    _graphs.append(stats)
 
     def run(*args):
-        results = run_graph(graph_id, list(args)) if computed else []
+        stats["calls"] += 1
+        if stats["first_call_seconds"] is None:
+            t0 = time.perf_counter()
+            results = run_graph(graph_id, list(args)) if computed else []
+            stats["first_call_seconds"] = time.perf_counter() - t0
+        else:
+            results = run_graph(graph_id, list(args)) if computed else []
         out = []
         for kind, x in plan:
             out.append(results[x] if kind == "computed" else args[x] if kind == "input" else x)
@@ -135,6 +235,12 @@ def backend(gm, example_inputs, **kwargs):
     # Graphs are compiled per concrete shape (the executable cache is keyed by shapes), so a
     # new shape recompiles a static graph instead of tracing a symbolic one.
     torch._dynamo.config.automatic_dynamic_shapes = False
+    frame = _explain_recompile(gm, example_inputs)
 
-    return aot_autograd(fw_compiler=compile_graph, bw_compiler=compile_graph,
-                        decompositions=core_aten_decompositions())(gm, example_inputs)
+    def fw(g, ex):
+        return compile_graph(g, ex, "forward", frame)
+
+    def bw(g, ex):
+        return compile_graph(g, ex, "backward", frame)
+
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=core_aten_decompositions())(gm, example_inputs)
