@@ -258,3 +258,94 @@ def test_scalar_boundaries(dtype):
     ]
     for fn in cases:
         check(fn, x, atol=0, rtol=0)
+
+
+# ---- dropout ---------------------------------------------------------------------------------
+
+def _dropout_has_generator():
+    try:
+        A.native_dropout(torch.ones(2, device=TPU), 0.5, True)
+    except NotImplementedError as e:
+        if "needs the device generator" in str(e):
+            return False
+        raise
+    return True
+
+
+needs_rng = pytest.mark.skipif(not _dropout_has_generator(),
+                               reason="the C++ shim does not pass the device generator to native_dropout yet")
+
+
+@needs_rng
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.8])
+def test_native_dropout(dtype, p):
+    x = make((200, 300), dtype, 0.5, 2).to(TPU)
+    out, mask = A.native_dropout(x, p, True)
+    assert mask.dtype == torch.bool and mask.shape == x.shape and out.dtype == dtype
+    out, mask, xc = out.cpu(), mask.cpu(), x.cpu()
+    expected = (xc.float() * mask.float() * (1.0 / (1.0 - p))).to(dtype)
+    torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    dropped = 1.0 - mask.float().mean().item()
+    assert abs(dropped - p) < 0.01, (dropped, p)
+    # F.dropout takes the same road.
+    y = torch.nn.functional.dropout(x, p, training=True).cpu()
+    kept = y != 0
+    assert abs((1.0 - kept.float().mean().item()) - p) < 0.01
+    torch.testing.assert_close(y[kept], (xc[kept].float() * (1.0 / (1.0 - p))).to(dtype), atol=0, rtol=0)
+
+
+@needs_rng
+def test_dropout_seeding():
+    x = torch.ones(64, 64, device=TPU)
+    torch.manual_seed(123)
+    a = torch.nn.functional.dropout(x, 0.5).cpu()
+    b = torch.nn.functional.dropout(x, 0.5).cpu()
+    torch.manual_seed(123)
+    a2 = torch.nn.functional.dropout(x, 0.5).cpu()
+    b2 = torch.nn.functional.dropout(x, 0.5).cpu()
+    assert torch.equal(a, a2) and torch.equal(b, b2)
+    assert not torch.equal(a, b)
+    torch.manual_seed(124)
+    assert not torch.equal(torch.nn.functional.dropout(x, 0.5).cpu(), a)
+
+
+@needs_rng
+def test_dropout_grad_and_modules():
+    x = make((50, 40)).to(TPU).requires_grad_()
+    g = make((50, 40))
+    y = torch.nn.functional.dropout(x, 0.3, training=True)
+    y.backward(g.to(TPU))
+    mask = (y.detach().cpu() != 0)
+    torch.testing.assert_close(x.grad.cpu(), g * mask / 0.7)
+    m = torch.nn.Dropout(0.25).to(TPU)
+    v = make((10, 10)).to(TPU)
+    m.eval()
+    torch.testing.assert_close(m(v).cpu(), v.cpu())
+    m.train()
+    out = m(v).cpu()
+    assert ((out == 0) | torch.isclose(out, v.cpu() / 0.75)).all()
+    # Edge probabilities and special values.
+    out, mask = A.native_dropout(torch.tensor([1.0, -2.0, float("nan")], device=TPU), 1.0, True)
+    assert not mask.cpu().any()
+    assert torch.equal(out.cpu()[:2].abs(), torch.zeros(2)) and out.cpu()[2].isnan()
+    out, mask = A.native_dropout(v, 0.5, False)
+    assert mask.cpu().all() and torch.equal(out.cpu(), v.cpu())
+    out, mask = A.native_dropout(torch.ones(0, 3, device=TPU), 0.5, True)
+    assert out.shape == (0, 3) and mask.shape == (0, 3)
+    check_error(lambda t: A.native_dropout(t, 1.5, True), make((3,)))
+    check_error(lambda t: A.native_dropout(t, -0.5, True), make((3,)))
+
+
+def test_native_dropout_backward():
+    g = make((4, 5))
+    mask = make((4, 5), torch.bool)
+    check(A.native_dropout_backward, g, mask, 2.0)
+    check(A.native_dropout_backward, g, mask, 1.0 / 0.3)
+    check(A.native_dropout_backward, g.bfloat16(), mask, 1.25, **tol(torch.bfloat16))
+    check(A.native_dropout_backward, g, mask[0], 2.0)  # broadcasts
+    check(A.native_dropout_backward, g, mask.float(), 2.0)
+    check(A.native_dropout_backward, make((3,), torch.int64), make((3,), torch.bool), 2.0)
+    # Dropped NaN/inf gradients stay NaN and signs of zero are kept, as in grad * mask * scale.
+    special = torch.tensor([float("nan"), float("inf"), -2.0, 3.0, float("nan")])
+    check(A.native_dropout_backward, special, torch.tensor([False, False, False, False, True]), 2.0)

@@ -42,6 +42,8 @@ pub fn register(r: &mut Registry) {
     r.add("glu_backward", glu_backward);
     r.add("_prelu_kernel", prelu_kernel);
     r.add("_prelu_kernel_backward", prelu_kernel_backward);
+    r.add_specialized("native_dropout", native_dropout);
+    r.add("native_dropout_backward", native_dropout_backward);
 }
 
 // ---- helpers ---------------------------------------------------------------------------------
@@ -675,4 +677,83 @@ fn prelu_kernel_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let gx = cx.cast(gx, x.dtype);
     let gw = cx.cast(gw, w.dtype);
     Ok(vec![Out::Tensor(gx), Out::Tensor(gw)])
+}
+
+// ---- dropout -----------------------------------------------------------------------------------
+
+/// native_dropout(input, p, train) -> (output, mask): in training, mask ~ Bernoulli(1 - p)
+/// drawn from the device generator, output = input * mask / (1 - p) (0 when p == 1), as
+/// PyTorch computes it (a dropped NaN stays NaN). `p` is compiled in: it is range-checked.
+fn native_dropout(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("input")?;
+    let p = match args.get("p") {
+        Some(crate::args::Arg::Float(f)) => f.value,
+        _ => scalar_value(args.scalar("p")?),
+    };
+    let train = args.get("train").map_or(true, |a| !matches!(a, crate::args::Arg::Bool(false)));
+    let dims = cx.dims(x.v);
+    if dims.iter().product::<i64>() == 0 {
+        return Ok(vec![Out::Tensor(x.v), Out::Tensor(cx.full(0.0, x.dtype, &dims))]);
+    }
+    if !train {
+        let ones = cx.full(1.0, DType::Bool, &dims);
+        return Ok(vec![Out::Tensor(x.v), Out::Tensor(ones)]);
+    }
+    let p1m = 1.0 - p;
+    check!((0.0..=1.0).contains(&p1m), Runtime, "bernoulli_ expects p to be in [0, 1], but got p={}", p1m);
+    check!(
+        x.dtype.is_float() || x.dtype.is_complex(),
+        Runtime,
+        "result type Float can't be cast to the desired output type {}",
+        x.dtype.torch_name()
+    );
+    if !matches!(args.get("generator"), Some(crate::args::Arg::Generator(_))) {
+        bail!(
+            NotImplemented,
+            "native_dropout on tpu needs the device generator: the engine must pass it to random ops \
+             without a Generator argument (ops tagged nondeterministic_seeded)"
+        );
+    }
+    let u = crate::factories::uniform01(cx, args, &dims, false)?;
+    let thr = cx.full(p1m, DType::F32, &dims);
+    let mask = cx.compare(CmpDir::Lt, u, thr);
+    let scale = if p1m == 0.0 { 0.0 } else { 1.0 / p1m };
+    let cdt = compute_dtype(x.dtype);
+    let xv = cx.cast(x.v, cdt);
+    let s = cx.full(scale, cdt, &dims);
+    let out = masked_scale(cx, xv, mask, s);
+    Ok(vec![Out::Tensor(cx.cast(out, x.dtype)), Out::Tensor(mask)])
+}
+
+/// x * mask * scale for a boolean mask, written as a select of x * scale and x * 0: XLA turns
+/// a product with convert(mask) into a select with 0, which would lose the NaN and the sign of
+/// zero that PyTorch's product keeps for dropped elements.
+fn masked_scale(cx: &mut Cx, x: Value, mask: Value, scale: Value) -> Value {
+    let kept = cx.mul(x, scale);
+    let zero = k(cx, 0.0, x);
+    let dropped = cx.mul(x, zero);
+    cx.select(mask, kept, dropped)
+}
+
+/// native_dropout_backward(grad_output, mask, scale): grad * mask * scale.
+fn native_dropout_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let g = args.tensor("grad_output")?;
+    let m = args.tensor("mask")?;
+    let gm = result_type(&[(g.dtype, g.rank), (m.dtype, m.rank)]).unwrap();
+    // The float scale promotes like a Python number.
+    let dt = result_type(&[(gm, crate::dtype::Rank::Dim), (DType::F64, crate::dtype::Rank::Wrapped)]).unwrap();
+    let cdt = compute_dtype(dt);
+    let gv = cx.cast(g.v, cdt);
+    let out = if m.dtype == DType::Bool {
+        let vs = cx.broadcast_all(&[gv, m.v])?;
+        let s = s(cx, args, "scale", vs[0])?;
+        masked_scale(cx, vs[0], vs[1], s)
+    } else {
+        let mv = cx.cast(m.v, cdt);
+        let vs = cx.broadcast_all(&[gv, mv])?;
+        let out = cx.mul(vs[0], vs[1]);
+        let s = s(cx, args, "scale", out)?;
+        cx.mul(out, s)
+    };
+    one(cx.cast(out, dt))
 }

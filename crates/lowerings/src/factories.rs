@@ -163,7 +163,7 @@ fn linspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 // ---- random ------------------------------------------------------------------------------------
 
 /// Uniform floats in [0, 1) of `dims`, in f32 (f64 for double outputs), from the call's state.
-fn uniform01(cx: &mut Cx, args: &Args, dims: &[i64], double: bool) -> Result<Value> {
+pub(crate) fn uniform01(cx: &mut Cx, args: &Args, dims: &[i64], double: bool) -> Result<Value> {
     let state = args.generator("generator")?;
     let (bits_elem, float_elem, shift, one_bits) =
         if double { (ElemType::U64, ElemType::F64, 12, 0x3FF0_0000_0000_0000i64) } else { (ElemType::U32, ElemType::F32, 9, 0x3F80_0000i64) };

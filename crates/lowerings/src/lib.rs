@@ -19,6 +19,7 @@ pub mod graph;
 
 mod elementwise;
 mod factories;
+mod conv;
 mod optim;
 mod views;
 mod linalg;
@@ -98,6 +99,7 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry { map: HashMap::new() };
         elementwise::register(&mut r);
         factories::register(&mut r);
+        conv::register(&mut r);
         optim::register(&mut r);
         graph::register(&mut r);
         views::register(&mut r);
