@@ -79,6 +79,8 @@ def test_gather(dtype):
 def test_gather_shapes_and_views():
     x = make((4, 5))
     check(lambda a, i: a.gather(0, i), x, torch.zeros(0, 5, dtype=L))
+    check(lambda a, i: a.gather(0, i), make((5,)), torch.zeros(2, 0, dtype=torch.uint8))   # empty: no checks
+    check(lambda a, i: a.scatter(0, i, 1.0), make((5,)), torch.zeros(2, 0, dtype=torch.uint8))
     check(lambda a, i: a.gather(0, i), make(()), torch.tensor(0))
     check(lambda a, i: a.gather(0, i), make(()), torch.tensor([0]))
     check(lambda a, i: a.t().gather(1, i), x, idx(4, (5, 7)))
@@ -183,14 +185,6 @@ def test_scatter_errors():
 
 # ---- advanced indexing: get -------------------------------------------------------------------
 
-# Python indexing with a slice or None before an index tensor (x[:, i]) passes an undefined
-# tensor inside the Tensor?[] list; the C++ shim encodes it as a tensor and fails with
-# "strides() called on an undefined Tensor" before any lowering runs. strict: remove the mark
-# once the shim maps undefined list items to None.
-shim_none = pytest.mark.xfail(strict=True, raises=RuntimeError,
-                              reason="shim: undefined tensor in a Tensor?[] list (x[:, i])")
-
-
 @pytest.mark.parametrize("dtype", ALL)
 def test_index_basic(dtype):
     x = make((5, 6, 7), dtype)
@@ -213,7 +207,6 @@ def test_index_functional_with_none(dtype):
     check(lambda a, i: torch.ops.aten.index(a, [None, i]), x, idx(6, (0,)))
 
 
-@shim_none
 def test_index_python_slices():
     x = make((5, 6, 7))
     check(lambda a, i: a[:, i], x, idx(6, (2, 3)))
@@ -222,6 +215,10 @@ def test_index_python_slices():
     check(lambda a, i: a[None, i], x, idx(5, (2,)))
     check(lambda a, i: a[1:, i], x, idx(6, (2, 2)))
     check(lambda a, m: a[:, m], x, torch.rand(6) > 0.5)
+    check(lambda a, m: a[..., m], x, torch.rand(6, 7) > 0.5)
+    check(lambda a, i: a[:, None, i], x, idx(6, (2,)))
+    check(lambda a, i: a[:, 1:4, i], x, idx(7, (2, 2), low=-7))
+    check_grad(lambda a: a[:, torch.tensor([0, 2, 2], device=a.device)], make((3, 4)))
 
 
 def test_index_negative_int32_empty_and_views():
@@ -302,7 +299,6 @@ def test_index_put(dtype):
     check(lambda a, i, v: setitem(a, (2, i), v), x, j, make((), dtype))
 
 
-@shim_none
 def test_index_put_python_slices():
     x = make((4, 5, 6))
     for key in [(slice(None), [0, 2]), ([1, 3], slice(None), [0, 5]), (Ellipsis, [-1])]:
@@ -310,6 +306,18 @@ def test_index_put_python_slices():
         a[key] = 7.0
         b[key] = 7.0
         torch.testing.assert_close(b.cpu(), a)
+        a[key] += 1.5
+        b[key] += 1.5
+        torch.testing.assert_close(b.cpu(), a)
+    a, b = x.clone(), x.to(TPU)
+    v = make((4, 2, 6))
+    a[:, [1, 3]] = v
+    b[:, [1, 3]] = v.to(TPU)
+    torch.testing.assert_close(b.cpu(), a)
+    m = torch.rand(5, 6) > 0.5
+    a[:, m] = -1.0
+    b[:, m.to(TPU)] = -1.0
+    torch.testing.assert_close(b.cpu(), a)
 
 
 def test_index_put_python_forms():
@@ -517,6 +525,13 @@ def test_embedding(dtype):
     tol = dict(atol=0.05, rtol=0.05) if dtype == torch.bfloat16 else {}
     for kw in [{}, {"padding_idx": 2}, {"scale_grad_by_freq": True}, {"padding_idx": -1, "scale_grad_by_freq": True}]:
         check_grad(lambda w, i: F.embedding(i, w, **kw), w.float().to(dtype), i, argnums=[0], **tol)
+    for p in (2.0, 1.0, float("inf"), 0.5):
+        w2 = make((10, 4), dtype)
+        check(lambda w, i: F.embedding(i, w, max_norm=1.0, norm_type=p) * 1, w2, i, **tol)
+        a, b = w2.clone(), w2.to(TPU)
+        F.embedding(i, a, max_norm=1.5, norm_type=p)
+        F.embedding(i.to(TPU), b, max_norm=1.5, norm_type=p)     # renormalizes the used rows in place
+        torch.testing.assert_close(b.cpu(), a, **tol)
     emb = torch.nn.Embedding(10, 4)
     emb_d = torch.nn.Embedding(10, 4).to(TPU)
     emb_d.load_state_dict(emb.state_dict())
@@ -563,3 +578,74 @@ def test_repeat_interleave():
     check(lambda x: x.repeat_interleave(2), make((2, 3)))
     check(lambda x, r: torch.repeat_interleave(x, r, dim=0, output_size=6), make((4, 3)), torch.tensor([2, 0, 3, 1]))
     check_grad(lambda x: torch.repeat_interleave(x, torch.tensor([1, 3], device=x.device), dim=0), make((2, 3)))
+
+
+# ---- bincount / searchsorted / bucketize / isin / histc ------------------------------------
+
+def test_bincount():
+    x = idx(7, (20,))
+    check(torch.bincount, x)
+    check(lambda a: torch.bincount(a, minlength=10), x)
+    check(lambda a: torch.bincount(a.to(torch.int32)), x)
+    check(lambda a: torch.bincount(a, minlength=4), torch.zeros(0, dtype=L))
+    for w in [make((20,)), make((20,), torch.float64), make((20,), torch.int64), make((20,), torch.bfloat16)]:
+        check(lambda a, w: torch.bincount(a, w), x, w)
+    check_error(torch.bincount, torch.zeros(2, 2, dtype=L))
+    check_error(lambda a: torch.bincount(a, minlength=-1), x)
+    check_error(lambda a, w: torch.bincount(a, w), x, make((3,)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16])
+def test_searchsorted_bucketize(dtype):
+    seq = make((9,), dtype).sort().values
+    v = make((4, 5), dtype)
+    for right in (False, True):
+        check(lambda s, v: torch.searchsorted(s, v, right=right), seq, v)
+        check(lambda s, v: torch.searchsorted(s, v, side="right" if right else "left", out_int32=True), seq, v)
+        check(lambda v, b: torch.bucketize(v, b, right=right), v, seq)
+    check(lambda s, v: torch.searchsorted(s, v), seq, seq)          # exact hits
+    s2 = make((3, 7), dtype).sort(-1).values
+    check(lambda s, v: torch.searchsorted(s, v), s2, make((3, 4), dtype))
+    check(lambda s, v: torch.searchsorted(s, v, right=True), s2, make((3, 4), dtype))
+    un = make((8,), dtype)
+    check(lambda s, v, o: torch.searchsorted(s, v, sorter=o), un, v, un.argsort())
+    check(lambda s: torch.searchsorted(s, 0.5), seq)
+    check(lambda s, v: torch.searchsorted(s, v), torch.zeros(0, dtype=dtype), v)
+    check(lambda s, v: torch.searchsorted(s, v), torch.tensor([1, 2, 3]), torch.tensor([1.5, 2.0, float("nan")]))
+    check(lambda s, v: torch.searchsorted(s, v, right=True), torch.tensor([1.0, 2.0, float("nan")]),
+          torch.tensor([1.5, 2.0, float("nan")]))
+
+
+def test_searchsorted_errors():
+    check_error(lambda s, v: torch.searchsorted(s, v, side="left", right=True), make((3,)), make((2,)))
+    check_error(lambda s, v: torch.searchsorted(s, v), make((1, 3)), make((2,)))
+    check_error(lambda v, b: torch.bucketize(v, b), make((2,)), make((1, 3)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.int32, torch.bool])
+def test_isin(dtype):
+    e = make((4, 5), dtype, low=-5, high=5)
+    t = make((7,), dtype, low=-5, high=5)
+    if dtype == torch.bool:
+        check_error(torch.isin, e, t)
+        return
+    check(torch.isin, e, t)
+    check(lambda e, t: torch.isin(e, t, invert=True), e, t)
+    check(lambda e, t: torch.isin(e, t), e, t.view(7, 1))
+    check(lambda e, t: torch.isin(e, t), e, t[:0])
+    if dtype != torch.bool:
+        check(lambda e: torch.isin(e, 3), e)
+        check(lambda t: torch.isin(2, t), t)
+        check(lambda e, t: torch.isin(e, t), e, t.float() + 0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histc(dtype):
+    x = make((50,), dtype)
+    check(lambda a: torch.histc(a, bins=7, min=-2, max=2), x)
+    check(lambda a: torch.histc(a, bins=10), x)
+    check(lambda a: torch.histc(a, bins=4, min=-3, max=3), torch.tensor([-3.0, 0.0, 1.5, 3.0, 4.0], dtype=dtype))
+    check(lambda a: torch.histc(a, bins=3), torch.full((4,), 2.0, dtype=dtype))
+    check(lambda a: torch.histc(a, bins=5), x.view(5, 10).t())
+    check_error(lambda a: torch.histc(a, bins=5, min=2, max=1), x)
+    check_error(lambda a: torch.histc(a, bins=5), make((4,), torch.int64))

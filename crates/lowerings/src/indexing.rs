@@ -7,7 +7,7 @@
 //! here clamp such indices into range (XLA's gather semantics) and scatters drop them.
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::{broadcast_shapes, wrap_dim, Cx};
-use crate::dtype::DType;
+use crate::dtype::{DType, Rank};
 use crate::error::Result;
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
@@ -31,6 +31,7 @@ pub fn register(r: &mut Registry) {
     r.add("take", take);
     r.add("put", put);
     r.add("embedding_dense_backward", embedding_dense_backward);
+    r.add_specialized("embedding_renorm", embedding_renorm);
     r.add("nonzero_static", nonzero_static);
     r.add("count_nonzero", count_nonzero);
     r.add_sized("nonzero", nonzero_size, nonzero);
@@ -40,6 +41,11 @@ pub fn register(r: &mut Registry) {
     r.add_sized("unique_consecutive", unique_consecutive_size, unique_consecutive);
     r.add_sized("unique_dim", unique_dim_size, unique_dim);
     r.add_sized("unique_dim_consecutive", unique_consecutive_size, unique_consecutive);
+    r.add_sized("bincount", bincount_size, bincount);
+    r.add("searchsorted", searchsorted);
+    r.add("bucketize", bucketize);
+    r.add("isin", isin);
+    r.add_specialized("histc", histc);
 }
 
 // ---- shared helpers ---------------------------------------------------------------------------
@@ -274,10 +280,14 @@ fn index_select(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let index = args.tensor("index")?;
-    check!(is_index_dtype(index.dtype), Runtime, "gather(): Expected dtype int32/int64 for index");
     let xd = cx.dims(x.v);
     let id = cx.dims(index.v);
+    // PyTorch checks the index dtype only when there is something to gather.
+    check!(numel(&id) == 0 || is_index_dtype(index.dtype), Runtime, "gather(): Expected dtype int32/int64 for index");
     let dim = wrap_dim(args.int("dim")?, xd.len())?;
+    if numel(&id) == 0 {
+        return one(cx.full(0.0, x.dtype, &id));
+    }
     let (xs, is) = (nonempty(&xd), nonempty(&id));
     check!(xs.len() == is.len(), Runtime, "Index tensor must have the same number of dimensions as input tensor");
     for d in 0..xs.len() {
@@ -306,13 +316,20 @@ fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 /// The shared checks of scatter, scatter_add and scatter_reduce; returns the wrapped dim.
 fn scatter_check(cx: &Cx, x: &Tensor, dim: i64, index: &Tensor, src: Option<&Tensor>) -> Result<usize> {
-    check!(is_index_dtype(index.dtype), Runtime, "scatter(): Expected dtype int32/int64 for index");
+    check!(
+        numel(&cx.dims(index.v)) == 0 || is_index_dtype(index.dtype),
+        Runtime,
+        "scatter(): Expected dtype int32/int64 for index"
+    );
     if let Some(s) = src {
         check!(s.dtype == x.dtype, Runtime, "scatter(): Expected self.dtype to be equal to src.dtype");
     }
     let xd = cx.dims(x.v);
     let id = cx.dims(index.v);
     let dim = wrap_dim(dim, xd.len())?;
+    if numel(&id) == 0 {
+        return Ok(dim);
+    }
     let (xs, is) = (nonempty(&xd), nonempty(&id));
     check!(xs.len() == is.len(), Runtime, "Index tensor must have the same number of dimensions as self tensor");
     if let Some(s) = src {
@@ -1244,6 +1261,84 @@ fn embedding_dense_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(scatter_along(cx, zeros, 0, idx, rows, Combine::Add))
 }
 
+/// embedding_renorm_(self, indices, max_norm, norm_type): the rows of `self` that `indices` use
+/// and whose p-norm exceeds max_norm are scaled to max_norm / (norm + 1e-7).
+fn embedding_renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let w = args.tensor("self")?;
+    let indices = args.tensor("indices")?;
+    let wd = cx.dims(w.v);
+    check!(wd.len() == 2, Runtime, "embedding_renorm_(): Expected 2-D tensor for argument #1 'self' (got {}-D)", wd.len());
+    check!(
+        is_index_dtype(indices.dtype),
+        Runtime,
+        "Expected tensor for argument #2 'indices' to have one of the following scalar types: Long, Int; but got {} instead (while checking arguments for embedding_renorm_)",
+        tensor_type_name(indices.dtype)
+    );
+    let float = |name: &str| -> Result<f64> {
+        match args.get(name) {
+            Some(Arg::Float(f)) => Ok(f.value),
+            _ => Ok(args.int(name)? as f64),
+        }
+    };
+    let max_norm = float("max_norm")?;
+    let p = float("norm_type")?;
+    let n = numel(&cx.dims(indices.v));
+    if n == 0 || numel(&wd) == 0 {
+        return one(w.v);
+    }
+    let (rows, width) = (wd[0], wd[1]);
+    let dt = w.dtype;
+    // Accumulate 16-bit floats in float32, like PyTorch's norm.
+    let acc = if dt.is_float() && dt.size() < 4 { DType::F32 } else { dt };
+    let x = cx.cast(w.v, acc);
+    let ax = cx.abs(x);
+    let e = acc.elem();
+    let sum = |cx: &mut Cx, v: Value| {
+        let z = cx.constant_f64(0.0, e);
+        cx.reduce(&[v], &[z], &[1], |b, a| vec![b.add(a[0], a[1])])[0]
+    };
+    let norm = if p == f64::INFINITY || p == f64::NEG_INFINITY {
+        let init = cx.constant_f64(if p > 0.0 { 0.0 } else { f64::INFINITY }, e);
+        let is_max = p > 0.0;
+        cx.reduce(&[ax], &[init], &[1], move |b, a| vec![if is_max { b.max(a[0], a[1]) } else { b.min(a[0], a[1]) }])[0]
+    } else if p == 0.0 {
+        let b = cx.cast(x, DType::Bool);
+        let c = cx.convert(b, e);
+        sum(cx, c)
+    } else if p == 1.0 {
+        sum(cx, ax)
+    } else if p == 2.0 {
+        let sq = cx.mul(x, x);
+        let s = sum(cx, sq);
+        cx.sqrt(s)
+    } else {
+        let pv = cx.full(p, acc, &wd);
+        let pw = cx.pow(ax, pv);
+        let s = sum(cx, pw);
+        let inv = cx.full(1.0 / p, acc, &[rows]);
+        cx.pow(s, inv)
+    };
+    let norm = cx.convert(norm, ElemType::F64);
+    let norm = cx.convert(norm, dt.elem());
+    let norm = cx.convert(norm, ElemType::F64);
+    let mx = cx.full(max_norm, DType::F64, &[rows]);
+    let over = cx.compare(CmpDir::Gt, norm, mx);
+    let eps = cx.full(1e-7, DType::F64, &[rows]);
+    let denom = cx.add(norm, eps);
+    let scale = cx.div(mx, denom);
+    // Only the rows that the indices name.
+    let idx = cx.reshape(indices.v, &[n]);
+    let none = cx.full(0.0, DType::Bool, &[rows]);
+    let yes = cx.full(1.0, DType::Bool, &[n]);
+    let used = scatter_along(cx, none, 0, idx, yes, Combine::Replace);
+    let hit = cx.and(used, over);
+    let scale = cx.convert(scale, dt.elem());
+    let hit = cx.broadcast_in_dim(hit, &[rows, width], &[0]);
+    let scale = cx.broadcast_in_dim(scale, &[rows, width], &[0]);
+    let scaled = cx.mul(w.v, scale);
+    one(cx.select(hit, scaled, w.v))
+}
+
 /// The legacy tensor type name PyTorch prints in argument checks ("torch.FloatTensor").
 fn tensor_type_name(d: DType) -> String {
     format!("torch.{}Tensor", d.torch_name())
@@ -1263,7 +1358,7 @@ fn nonzero_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 /// The coordinates of the true elements of `mask` (row-major), `rows` of them, padded with
 /// `fill` when there are fewer.
-fn nonzero_coords(cx: &mut Cx, mask: Value, rows: i64, fill: i64) -> Value {
+pub(crate) fn nonzero_coords(cx: &mut Cx, mask: Value, rows: i64, fill: i64) -> Value {
     let dims = cx.dims(mask);
     let r = dims.len() as i64;
     let n = numel(&dims);
@@ -1654,4 +1749,342 @@ fn unique_dim(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let r2 = rows_along(cx, x.v, d);
     let (s, perm) = sort_rows(cx, r2);
     Ok(unique_rows(cx, &x, d, s, Some(perm), rows, inverse, counts))
+}
+
+// ---- bincount, searchsorted, bucketize, isin, histc ---------------------------------------------
+
+fn bincount_args(cx: &Cx, args: &Args) -> Result<(Tensor, Option<Tensor>, i64)> {
+    let x = args.tensor("self")?;
+    let w = args.opt_tensor("weights")?;
+    let minlength = args.int_or("minlength", 0)?;
+    check!(minlength >= 0, Runtime, "minlength should be >= 0");
+    check!(
+        cx.rank(x.v) == 1 && x.dtype.is_integral() && x.dtype != DType::Bool,
+        Runtime,
+        "bincount only supports 1-d non-negative integral inputs."
+    );
+    if let Some(w) = &w {
+        check!(
+            cx.rank(w.v) == 1 && cx.dims(w.v) == cx.dims(x.v),
+            Runtime,
+            "weights should be 1-d and have the same length as input"
+        );
+    }
+    Ok((x, w, minlength))
+}
+
+fn bincount_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, _, minlength) = bincount_args(cx, args)?;
+    let n = numel(&cx.dims(x.v));
+    let ml = cx.constant_i64(minlength, ElemType::I64);
+    if n == 0 {
+        return one(ml);
+    }
+    let v = cx.convert(x.v, ElemType::I64);
+    let lo = cx.constant_i64(-1, ElemType::I64);
+    let m = cx.reduce(&[v], &[lo], &[0], |b, a| vec![b.max(a[0], a[1])])[0];
+    let one_ = cx.constant_i64(1, ElemType::I64);
+    let m1 = cx.add(m, one_);
+    one(cx.max(m1, ml))
+}
+
+/// bincount(self, weights=None, minlength=0): counts (or summed weights) of each value.
+fn bincount(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, w, _) = bincount_args(cx, args)?;
+    let bins = size(args)?;
+    let n = numel(&cx.dims(x.v));
+    let dt = match &w {
+        None => I64,
+        Some(w) if w.dtype == DType::F32 => DType::F32,
+        Some(_) => DType::F64,
+    };
+    let zeros = cx.full(0.0, dt, &[bins]);
+    if n == 0 || bins == 0 {
+        return one(zeros);
+    }
+    let upd = match &w {
+        None => cx.full(1.0, dt, &[n]),
+        Some(w) => cx.cast(w.v, dt),
+    };
+    one(scatter_along(cx, zeros, 0, x.v, upd, Combine::Add))
+}
+
+/// For each value, the insertion point in the rows of `seq` ([P, M] sorted along M; `vals` is
+/// [P, K]; or `seq` [M] and `vals` [K]): the first i with !(seq[i] < v) (left) or
+/// !(seq[i] <= v) (right), written like PyTorch's CPU kernel so NaNs land where they do there.
+fn lower_bound(cx: &mut Cx, seq: Value, vals: Value, right: bool) -> Value {
+    let sd = cx.dims(seq);
+    let vd = cx.dims(vals);
+    let m = *sd.last().unwrap();
+    let mut lo = cx.full(0.0, I64, &vd);
+    let mut hi = cx.full(m as f64, I64, &vd);
+    let two = cx.full(2.0, I64, &vd);
+    let one_ = cx.full(1.0, I64, &vd);
+    let last = cx.full((m - 1).max(0) as f64, I64, &vd);
+    let mut steps = 0;
+    while (1i64 << steps) <= m {
+        steps += 1;
+    }
+    for _ in 0..steps {
+        let sum = cx.add(lo, hi);
+        let mid = cx.div(sum, two);
+        let at = cx.min(mid, last);
+        let b = if sd.len() == 1 {
+            take_along(cx, seq, 0, at)
+        } else {
+            let coords = along_coords(cx, at, 1);
+            gather_points(cx, seq, coords)
+        };
+        // left: go right when !(b >= v); right: when !(b > v)
+        let stop = cx.compare(if right { CmpDir::Gt } else { CmpDir::Ge }, b, vals);
+        let go = cx.not(stop);
+        let active = cx.compare(CmpDir::Lt, lo, hi);
+        let go_right = cx.and(go, active);
+        let stop_here = cx.and(stop, active);
+        let m1 = cx.add(mid, one_);
+        lo = cx.select(go_right, m1, lo);
+        hi = cx.select(stop_here, mid, hi);
+    }
+    lo
+}
+
+#[allow(clippy::too_many_arguments)]
+fn search(cx: &mut Cx, seq: Tensor, vals: Value, vrank: Rank, vdtype: DType, right: bool, out_int32: bool, sorter: Option<Tensor>) -> Result<Value> {
+    let sd = cx.dims(seq.v);
+    let vd = cx.dims(vals);
+    let out_dt = if out_int32 { DType::I32 } else { I64 };
+    let dt = crate::dtype::result_type(&[(seq.dtype, seq.rank), (vdtype, vrank)]).unwrap();
+    let m = *sd.last().unwrap_or(&1);
+    if numel(&vd) == 0 || m == 0 || numel(&sd) == 0 {
+        return Ok(cx.full(0.0, out_dt, &vd));
+    }
+    let mut s = cx.cast(seq.v, dt);
+    if let Some(so) = sorter {
+        let r = sd.len() - 1;
+        let coords = along_coords(cx, so.v, r);
+        s = gather_points(cx, s, coords);
+    }
+    let v = cx.cast(vals, dt);
+    let pos = if sd.len() == 1 {
+        let n = numel(&vd);
+        let flat = cx.reshape(v, &[n]);
+        let p = lower_bound(cx, s, flat, right);
+        cx.reshape(p, &vd)
+    } else {
+        let p: i64 = sd[..sd.len() - 1].iter().product();
+        let k = *vd.last().unwrap();
+        let s2 = cx.reshape(s, &[p, m]);
+        let v2 = cx.reshape(v, &[p, k]);
+        let r = lower_bound(cx, s2, v2, right);
+        cx.reshape(r, &vd)
+    };
+    Ok(cx.convert(pos, out_dt.elem()))
+}
+
+fn searchsorted(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let seq = args.tensor("sorted_sequence")?;
+    let out_int32 = args.bool_or("out_int32", false)?;
+    let mut right = args.bool_or("right", false)?;
+    if let Some(side) = args.str("side")? {
+        check!(
+            side == "left" || side == "right",
+            Runtime,
+            "torch.searchsorted(): side can only be 'left' or 'right' but got {}",
+            side
+        );
+        check!(
+            !(side == "left" && right),
+            Runtime,
+            "torch.searchsorted(): side and right can't be set to opposites, got side of left while right was True"
+        );
+        right = side == "right";
+    }
+    let sorter = args.opt_tensor("sorter")?;
+    let sd = cx.dims(seq.v);
+    let (vals, vrank, vdtype) = match args.get("self") {
+        Some(Arg::Tensor(t)) => (t.v, t.rank, t.dtype),
+        _ => {
+            let sc = args.scalar("self")?;
+            let d = crate::dtype::result_type(&[(seq.dtype, seq.rank), (sc.dtype(), Rank::Wrapped)]).unwrap();
+            (cx.scalar(sc, d), Rank::Wrapped, sc.dtype())
+        }
+    };
+    let vd = cx.dims(vals);
+    check!(!sd.is_empty(), Runtime, "torch.searchsorted(): boundaries tensor should have positive dimension, but got 0 dimension");
+    let ok = sd.len() == 1 || (sd.len() == vd.len() && sd[..sd.len() - 1] == vd[..vd.len() - 1]);
+    check!(
+        ok,
+        Runtime,
+        "torch.searchsorted(): boundaries tensor should be 1 dimension or the first N-1 dimensions of boundaries tensor and input value tensor must match, but we got boundaries tensor {} and input value tensor {}",
+        shape_str(&sd),
+        shape_str(&vd)
+    );
+    if let Some(so) = &sorter {
+        check!(so.dtype == I64, Runtime, "torch.searchsorted(): sorter must be a tensor of long dtype but got dtype {}", so.dtype.torch_name());
+        check!(
+            cx.dims(so.v) == sd,
+            Runtime,
+            "torch.searchsorted(): boundary and sorter must have the same size, but got boundary tensor {} and got sorter tensor {}",
+            shape_str(&sd),
+            shape_str(&cx.dims(so.v))
+        );
+    }
+    one(search(cx, seq, vals, vrank, vdtype, right, out_int32, sorter)?)
+}
+
+fn bucketize(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let b = args.tensor("boundaries")?;
+    let bd = cx.dims(b.v);
+    check!(bd.len() == 1, Runtime, "boundaries tensor must be 1 dimension, but got dim({})", bd.len());
+    let out_int32 = args.bool_or("out_int32", false)?;
+    let right = args.bool_or("right", false)?;
+    let (vals, vrank, vdtype) = match args.get("self") {
+        Some(Arg::Tensor(t)) => (t.v, t.rank, t.dtype),
+        _ => {
+            let sc = args.scalar("self")?;
+            let d = crate::dtype::result_type(&[(b.dtype, b.rank), (sc.dtype(), Rank::Wrapped)]).unwrap();
+            (cx.scalar(sc, d), Rank::Wrapped, sc.dtype())
+        }
+    };
+    one(search(cx, b, vals, vrank, vdtype, right, out_int32, None)?)
+}
+
+/// isin(elements, test_elements, assume_unique=False, invert=False) for tensors and scalars.
+fn isin(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let operand = |cx: &mut Cx, names: &[&str]| -> Result<(Value, DType, Rank)> {
+        for n in names {
+            match args.get(n) {
+                Some(Arg::Tensor(t)) => return Ok((t.v, t.dtype, t.rank)),
+                Some(Arg::None) | None => continue,
+                Some(_) => {
+                    let s = args.scalar(n)?;
+                    let d = match s {
+                        Scalar::Float(_) => DType::F64,
+                        _ => s.dtype(),
+                    };
+                    return Ok((cx.scalar(s, d), d, Rank::Wrapped));
+                }
+            }
+        }
+        Err(crate::TorchError::new(crate::ErrorKind::Type, "isin(): missing argument"))
+    };
+    let (e, ed, er) = operand(cx, &["elements", "element"])?;
+    let (t, td, tr) = operand(cx, &["test_elements", "test_element"])?;
+    let invert = args.bool_or("invert", false)?;
+    for d in [ed, td] {
+        check!(d != DType::Bool, Runtime, "Unsupported input type encountered for isin(): {}", d.torch_name());
+    }
+    let dt = crate::dtype::result_type(&[(ed, er), (td, tr)]).unwrap();
+    let edims = cx.dims(e);
+    let nt = numel(&cx.dims(t));
+    let found = if nt == 0 || numel(&edims) == 0 {
+        cx.full(0.0, DType::Bool, &edims)
+    } else {
+        let tv = cx.cast(t, dt);
+        let tv = cx.reshape(tv, &[nt]);
+        let ev = cx.cast(e, dt);
+        let (sorted, _) = sort_with_positions(cx, tv);
+        let n = numel(&edims);
+        let flat = cx.reshape(ev, &[n]);
+        let pos = lower_bound(cx, sorted, flat, false);
+        let last = cx.full((nt - 1) as f64, I64, &[n]);
+        let at = cx.min(pos, last);
+        let b = take_along(cx, sorted, 0, at);
+        let eq = cx.compare(CmpDir::Eq, b, flat);
+        cx.reshape(eq, &edims)
+    };
+    one(if invert { cx.not(found) } else { found })
+}
+
+/// histc(self, bins=100, min=0, max=0): equal-width histogram; min == max uses the data's range.
+fn histc(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(x.dtype.is_float(), NotImplemented, "\"histogram_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let bins = args.int_or("bins", 100)?;
+    check!(bins > 0, Runtime, "torch.histc(): bins must be > 0, but got {} for dimension 0", bins);
+    let float = |name: &str| -> Result<f64> {
+        match args.get(name) {
+            Some(Arg::Float(f)) => Ok(f.value),
+            None | Some(Arg::None) => Ok(0.0),
+            _ => Ok(args.int(name)? as f64),
+        }
+    };
+    let (mn, mx) = (float("min")?, float("max")?);
+    check!(mn <= mx, Runtime, "torch.histc(): max must be larger than min");
+    check!(mn.is_finite() && mx.is_finite(), Runtime, "torch.histc(): range of [{}, {}] is not finite", mn, mx);
+    let dt = x.dtype;
+    let n = numel(&cx.dims(x.v));
+    if n == 0 {
+        return one(cx.full(0.0, dt, &[bins]));
+    }
+    let flat = cx.reshape(x.v, &[n]);
+    let e = dt.elem();
+    let (lo, hi) = if mn == mx {
+        // The data's own range (NaNs ignored), widened by 1 when it is a single point.
+        let nan = cx.compare(CmpDir::Ne, flat, flat);
+        let inf = cx.full(f64::INFINITY, dt, &[n]);
+        let ninf = cx.full(f64::NEG_INFINITY, dt, &[n]);
+        let a = cx.select(nan, inf, flat);
+        let b = cx.select(nan, ninf, flat);
+        let i0 = cx.constant_f64(f64::INFINITY, e);
+        let i1 = cx.constant_f64(f64::NEG_INFINITY, e);
+        let lo = cx.reduce(&[a], &[i0], &[0], |b, v| vec![b.min(v[0], v[1])])[0];
+        let hi = cx.reduce(&[b], &[i1], &[0], |b, v| vec![b.max(v[0], v[1])])[0];
+        let same = cx.compare(CmpDir::Eq, lo, hi);
+        let one_ = cx.constant_f64(1.0, e);
+        let lo1 = cx.sub(lo, one_);
+        let hi1 = cx.add(hi, one_);
+        let fixed_lo = cx.constant_f64(mn - 1.0, e);
+        let fixed_hi = cx.constant_f64(mx + 1.0, e);
+        // all-NaN (or empty) data: PyTorch falls back to the given (equal) bounds
+        let empty = cx.compare(CmpDir::Gt, lo, hi);
+        let lo = cx.select(same, lo1, lo);
+        let hi = cx.select(same, hi1, hi);
+        let lo = cx.select(empty, fixed_lo, lo);
+        let hi = cx.select(empty, fixed_hi, hi);
+        (lo, hi)
+    } else {
+        (cx.constant_f64(mn, e), cx.constant_f64(mx, e))
+    };
+    let lob = cx.broadcast_in_dim(lo, &[n], &[]);
+    let hib = cx.broadcast_in_dim(hi, &[n], &[]);
+    // pos = (x - lo) * bins / (hi - lo), then one step of local search against the bin edges
+    let d = cx.sub(flat, lob);
+    let w = cx.sub(hib, lob);
+    let nb = cx.full(bins as f64, dt, &[n]);
+    let scaled = cx.mul(d, nb);
+    let q = cx.div(scaled, w);
+    let pos = cx.convert(q, ElemType::I64);
+    let lastb = cx.full((bins - 1) as f64, I64, &[n]);
+    let zero = cx.full(0.0, I64, &[n]);
+    let pos = cx.min(pos, lastb);
+    let pos = cx.max(pos, zero);
+    // edge(i) = lo + i * (hi - lo) / bins, as linspace computes it
+    let edge = |cx: &mut Cx, i: Value| {
+        let f = cx.convert(i, e);
+        let step = cx.div(w, nb);
+        let t = cx.mul(f, step);
+        cx.add(lob, t)
+    };
+    let e0 = edge(cx, pos);
+    let one_i = cx.full(1.0, I64, &[n]);
+    let next = cx.add(pos, one_i);
+    let e1 = edge(cx, next);
+    let below = cx.compare(CmpDir::Lt, flat, e0);
+    let above = cx.compare(CmpDir::Ge, flat, e1);
+    let not_last = cx.compare(CmpDir::Lt, pos, lastb);
+    let above = cx.and(above, not_last);
+    let down = cx.sub(pos, one_i);
+    let pos = cx.select(below, down, pos);
+    let pos = cx.select(above, next, pos);
+    // only elements inside [lo, hi] count
+    let ge = cx.compare(CmpDir::Ge, flat, lob);
+    let le = cx.compare(CmpDir::Le, flat, hib);
+    let inside = cx.and(ge, le);
+    let trash = cx.full(bins as f64, I64, &[n]);
+    let pos = cx.select(inside, pos, trash);
+    let zeros = cx.full(0.0, dt, &[bins + 1]);
+    let ones = cx.full(1.0, dt, &[n]);
+    let h = scatter_along(cx, zeros, 0, pos, ones, Combine::Add);
+    one(cx.slice(h, &[0], &[bins], &[1]))
 }

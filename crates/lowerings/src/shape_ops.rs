@@ -4,7 +4,7 @@ use crate::args::Args;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{can_cast, promote, DType};
 use crate::error::Result;
-use crate::indexing::{count_all, cumsum_1d, scatter_along, Combine};
+use crate::indexing::{count_all, cumsum_1d, nonzero_coords, scatter_along, Combine};
 use crate::{check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
@@ -16,6 +16,10 @@ pub fn register(r: &mut Registry) {
     r.add("triu", |cx, a| triangle(cx, a, false));
     r.add("unfold_backward", unfold_backward);
     r.add_sized("repeat_interleave", repeat_interleave_size, repeat_interleave);
+    r.add("tril_indices", |cx, a| triangle_indices(cx, a, true));
+    r.add("triu_indices", |cx, a| triangle_indices(cx, a, false));
+    r.add("channel_shuffle", channel_shuffle);
+    r.add("native_channel_shuffle", channel_shuffle);
 }
 
 fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -223,4 +227,75 @@ fn repeat_interleave(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let marks = cx.slice(marks, &[0], &[total], &[1]);
     let out = cumsum_1d(cx, marks);
     one(cx.convert(out, r.dtype.elem()))
+}
+
+/// tril_indices / triu_indices(row, col, offset=0): the coordinates of the lower (upper)
+/// triangle, row by row, as a [2, N] tensor.
+fn triangle_indices(cx: &mut Cx, args: &Args, lower: bool) -> Result<Vec<Out>> {
+    let name = if lower { "tril_indices" } else { "triu_indices" };
+    let row = args.int("row")?;
+    let col = args.int("col")?;
+    let offset = args.int_or("offset", 0)?;
+    check!(row >= 0, Runtime, "row must be non-negative, got{}", row);
+    check!(col >= 0, Runtime, "col must be non-negative, got{}", col);
+    // A ScalarType with a default may arrive as its integer code.
+    let dtype = match args.get("dtype") {
+        Some(crate::Arg::Int(code)) => DType::from_code(*code as i8).unwrap_or(DType::I64),
+        _ => args.dtype("dtype")?.unwrap_or(DType::I64),
+    };
+    check!(
+        dtype.is_int(),
+        NotImplemented,
+        "\"{}\" not implemented for '{}'",
+        name,
+        dtype.torch_name()
+    );
+    // How many elements, counted on the host: the shape is static.
+    let n: i64 = (0..row)
+        .map(|r| {
+            if lower {
+                (r + offset + 1).clamp(0, col)
+            } else {
+                (col - (r + offset).max(0)).clamp(0, col)
+            }
+        })
+        .sum();
+    if n == 0 {
+        return one(cx.full(0.0, dtype, &[2, 0]));
+    }
+    let ty = TensorType::new(ElemType::I64, &[row, col]);
+    let r = cx.iota(&ty, 0);
+    let c = cx.iota(&ty, 1);
+    let diff = cx.sub(c, r);
+    let k = cx.full(offset as f64, DType::I64, &[row, col]);
+    let mask = cx.compare(if lower { CmpDir::Le } else { CmpDir::Ge }, diff, k);
+    let coords = nonzero_coords(cx, mask, n, 0);
+    let t = cx.transpose(coords, &[1, 0]);
+    one(cx.convert(t, dtype.elem()))
+}
+
+/// channel_shuffle(self, groups): [N, C, *] -> [N, g, C/g, *] -> swap -> [N, C, *].
+fn channel_shuffle(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let g = args.int("groups")?;
+    let xd = cx.dims(x.v);
+    check!(
+        xd.len() > 2,
+        Runtime,
+        "channel_shuffle expects input with > 2 dims, but got input with sizes [{}]",
+        xd.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+    );
+    check!(g > 0, Runtime, "Number of groups to divide channels in must be positive. Value of groups:{}", g);
+    let c = xd[1];
+    check!(c % g == 0, Runtime, "Number of channels must be divisible by groups. Got {} channels and {} groups.", c, g);
+    if xd.iter().product::<i64>() == 0 {
+        return one(x.v);
+    }
+    let mut split = vec![xd[0], g, c / g];
+    split.extend(&xd[2..]);
+    let v = cx.reshape(x.v, &split);
+    let mut perm: Vec<i64> = vec![0, 2, 1];
+    perm.extend(3..split.len() as i64);
+    let t = cx.transpose(v, &perm);
+    one(cx.reshape(t, &xd))
 }
