@@ -263,3 +263,50 @@ def test_errors_messages():
     same(F.linear, f((2, 3)), d(4, 3))
     check_error(torch.mm, f((2, 3)), f((4, 5)))
     check_error(torch.dot, f((3,), torch.bool), f((3,), torch.bool))
+
+
+# ---- scaled_dot_product_attention (the math path: bmm, softmax, masks) ------------------------
+
+def sdpa_check(q, k, v, atol=None, rtol=None, **kw):
+    kw_dev = {a: (b.to(TPU) if isinstance(b, torch.Tensor) else b) for a, b in kw.items()}
+    fn = lambda a, b, c, **w: F.scaled_dot_product_attention(a, b, c, **w)  # noqa: E731
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    dev = [t.to(TPU).requires_grad_() for t in (q, k, v)]
+    yc = fn(*cpu, **kw)
+    yd = fn(*dev, **kw_dev)
+    g = make(yc.shape, yc.dtype, -1, 1)
+    yc.backward(g)
+    yd.backward(g.to(TPU))
+    tol = {} if atol is None else dict(atol=atol, rtol=rtol)
+    torch.testing.assert_close(yd.detach().cpu(), yc.detach(), **tol)
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sdpa(dtype):
+    tol = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-5)
+    q, k, v = make((2, 3, 5, 8), dtype, -1, 1), make((2, 3, 7, 8), dtype, -1, 1), make((2, 3, 7, 8), dtype, -1, 1)
+    sdpa_check(q, k, v, **tol)
+    sdpa_check(q, k, v, scale=0.3, **tol)
+    sdpa_check(q, k[:, :, :5], v[:, :, :5], is_causal=True, **tol)
+    sdpa_check(q, k, v, attn_mask=make((5, 7), torch.bool), **tol)
+    sdpa_check(q, k, v, attn_mask=make((2, 1, 5, 7), dtype, -1, 1), **tol)
+    # A row that masks every key gives zeros (the "safe" softmax), not NaN.
+    mask = make((5, 7), torch.bool)
+    mask[1] = False
+    sdpa_check(q, k, v, attn_mask=mask, **tol)
+
+
+def test_sdpa_gqa_and_module():
+    q, k, v = make((1, 4, 6, 8), low=-1, high=1), make((1, 2, 6, 8), low=-1, high=1), make((1, 2, 6, 8), low=-1, high=1)
+    sdpa_check(q, k, v, enable_gqa=True, is_causal=True, atol=1e-5, rtol=1e-5)
+    sdpa_check(q[0], k[0, :1].expand(4, 6, 8), v[0, :1].expand(4, 6, 8), atol=1e-5, rtol=1e-5)  # 3-d, broadcast views
+    torch.manual_seed(0)
+    m = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    md = torch.nn.MultiheadAttention(16, 4, batch_first=True).to(TPU)
+    md.load_state_dict(m.state_dict())
+    x = make((2, 5, 16), low=-1, high=1)
+    yc, _ = m(x, x, x, need_weights=False)
+    yd, _ = md(x.to(TPU), x.to(TPU), x.to(TPU), need_weights=False)
+    torch.testing.assert_close(yd.detach().cpu(), yc.detach(), atol=1e-5, rtol=1e-5)
