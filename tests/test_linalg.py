@@ -310,3 +310,18 @@ def test_sdpa_gqa_and_module():
     yc, _ = m(x, x, x, need_weights=False)
     yd, _ = md(x.to(TPU), x.to(TPU), x.to(TPU), need_weights=False)
     torch.testing.assert_close(yd.detach().cpu(), yc.detach(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8])
+def test_trace(dtype):
+    for shape in [(4, 4), (3, 5), (6, 2), (0, 3), (1, 1)]:
+        check(torch.trace, data(shape, dtype) if dtype != torch.uint8 else make(shape, dtype))
+    check(lambda x: torch.trace(x.t()), data((3, 5), dtype) if dtype != torch.uint8 else make((3, 5), dtype))
+    if dtype.is_floating_point:
+        check_grad(torch.trace, data((4, 3), dtype))
+
+
+def test_trace_errors():
+    check_error(torch.trace, make((3,)))
+    check_error(torch.trace, make((3, 3), torch.bool))
+    check_error(torch.trace, make((3, 3), torch.bfloat16))

@@ -7,7 +7,7 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check, one, Out, Registry};
-use stablehlo::{Precision, Value};
+use stablehlo::{CmpDir, ElemType, Precision, TensorType, Value};
 
 pub fn register(r: &mut Registry) {
     r.add("mm", mm);
@@ -15,6 +15,7 @@ pub fn register(r: &mut Registry) {
     r.add("dot", dot);
     r.add("vdot", vdot);
     r.add("mv", mv);
+    r.add("trace", trace);
     // beta/alpha are compiled in: beta == 0 must ignore `self` (NaN included), like PyTorch.
     r.add_specialized("addmm", addmm);
     r.add_specialized("baddbmm", baddbmm);
@@ -455,4 +456,28 @@ fn addmv(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let bias = cx.broadcast_to(s.v, &[n]);
     let prod = contract(cx, m.v, v.v, (&[], &[]), (&[1], &[0]));
     one(combine(cx, args, prod, Some(bias), m.dtype)?)
+}
+
+/// trace(self): the sum of the main diagonal of a matrix; integers sum as Long.
+fn trace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    check!(dims.len() == 2, Runtime, "trace: expected a matrix, but got tensor with dim {}", dims.len());
+    check!(
+        !matches!(x.dtype, DType::Bool | DType::BF16 | DType::F16),
+        NotImplemented,
+        "\"trace\" not implemented for '{}'",
+        x.dtype.torch_name()
+    );
+    let dt = if x.dtype.is_integral() { DType::I64 } else { x.dtype };
+    let v = cx.cast(x.v, dt);
+    let ty = TensorType::new(ElemType::I64, &dims);
+    let rows = cx.iota(&ty, 0);
+    let cols = cx.iota(&ty, 1);
+    let diag = cx.compare(CmpDir::Eq, rows, cols);
+    let zeros = cx.full(0.0, dt, &dims);
+    let v = cx.select(diag, v, zeros);
+    let zero = cx.b.constant_f64(0.0, dt.elem());
+    let r = cx.reduce(&[v], &[zero], &[0, 1], |b, a| vec![b.add(a[0], a[1])]);
+    one(r[0])
 }
