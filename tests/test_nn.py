@@ -485,3 +485,20 @@ def test_bce_backward_direct(reduction):
     check(lambda g_, x_, y_: A.binary_cross_entropy_backward(g_, x_, y_, None, reduction), g, x, y)
     check(lambda g_, x_, y_, w_: A.binary_cross_entropy_backward(g_, x_, y_, w_, reduction), g, x, y, w)
     check(lambda g_, x_, y_: A.mse_loss_backward(g_, x_, y_, reduction), g, x, y)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_rounding_like_cpu(dtype):
+    """PyTorch's CPU kernels round some intermediates to the 16-bit dtype; the lowerings round
+    the same ones, so these results agree to the last bit."""
+    x, y = (make((6, 9)) * 2).to(dtype), make((6, 9)).to(dtype)
+    exact = dict(atol=0, rtol=0)
+    check(torch.softmax, x, 1, **exact)
+    check(torch.softmax, x, 0, **exact)
+    check(torch.log_softmax, x, 0, **exact)
+    check(torch.log_softmax, x, 1, atol=1e-2, rtol=8e-3)  # one ulp at most
+    for reduction in ("none", "mean", "sum"):
+        check(F.mse_loss, x, y, reduction=reduction, **exact)
+        p, q = torch.sigmoid(x), torch.sigmoid(y)
+        check(F.binary_cross_entropy, p, q, reduction=reduction, **exact)
+        check(F.binary_cross_entropy, p, q, torch.sigmoid(y * 3), reduction=reduction, **exact)

@@ -348,6 +348,12 @@ def test_vector_norm_dtype_and_errors():
     check(lambda t: t.norm(p=1, dim=1), x)
     check(torch.linalg.vector_norm, make((0, 3)), 2)
     check(torch.linalg.vector_norm, make((0, 3)), -1, dim=1)
+    A = torch.ops.aten
+    check(A.norm.Scalar, x, 3)
+    check(A.norm.ScalarOpt_dim, x, 1, [1], True)
+    check(A.norm.ScalarOpt_dim, x, None, [0, 1])
+    check(A.norm.ScalarOpt_dim_dtype, x, float("inf"), [1], False, dtype=torch.float64)
+    check_error(A.norm.Scalar, make((3,), torch.int64), 2)
     check_error(torch.linalg.vector_norm, make((3,), torch.int64))
     check_error(torch.linalg.vector_norm, x, dtype=torch.int64)
     check_error(torch.linalg.vector_norm, x, dtype=torch.bfloat16)

@@ -118,16 +118,33 @@ fn softmax(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
     let half_to_float = args.bool_or("half_to_float", false)?;
     check!(!half_to_float || x.dtype == DType::F16, Runtime, "conversion is supported for Half type only");
     let out_dt = if half_to_float { DType::F32 } else { x.dtype };
-    let dims = along(args.int("dim")?, cx.dims(x.v).len())?;
+    let in_dims = cx.dims(x.v);
+    let dim = args.int("dim")?;
+    let dims = along(dim, in_dims.len())?;
+    // PyTorch's CPU kernels for 16-bit floats round one intermediate to the input dtype: the
+    // exponentials when the softmax dim is not innermost, the sum of exponentials for a
+    // log_softmax over the innermost dim. Rounding the same way matches them to the last bit
+    // far more often than a plain float32 computation does.
+    let innermost = dims.iter().all(|&d| in_dims[d as usize + 1..].iter().all(|&s| s == 1));
+    let round_16 = |cx: &mut Cx, v: Value| {
+        if is_16bit(x.dtype) && !half_to_float {
+            let r = cx.cast(v, x.dtype);
+            cx.cast(r, DType::F32)
+        } else {
+            v
+        }
+    };
     let v = cx.cast(x.v, acc_type(x.dtype));
     let m = reduce_back(cx, v, &dims, Red::Max);
     let z = cx.sub(v, m);
     let e = cx.exp(z);
     let s = reduce_back(cx, e, &dims, Red::Sum);
     let r = if log {
+        let s = if innermost { round_16(cx, s) } else { s };
         let l = cx.log(s);
         cx.sub(z, l)
     } else {
+        let e = if innermost { e } else { round_16(cx, e) };
         cx.div(e, s)
     };
     one(cx.cast(r, out_dt))
@@ -805,7 +822,9 @@ fn mse_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let b = cx.cast(b, acc);
     let vs = cx.broadcast_all(&[a, b])?;
     let d = cx.sub(vs[0], vs[1]);
+    let d = round_to(cx, d, dt);
     let l = cx.mul(d, d);
+    let l = round_to(cx, l, dt);
     let r = apply_reduction(cx, l, red);
     one(cx.cast(r, dt))
 }
@@ -828,8 +847,11 @@ fn mse_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         .collect();
     let vs = cx.broadcast_all(&vals)?;
     let d = cx.sub(vs[0], vs[1]);
+    let d = round_to(cx, d, dt);
     let k = constant(cx, norm, d);
-    let d = cx.mul(d, k);
+    let k = round_to(cx, k, dt);
+    let d = cx.mul(k, d);
+    let d = round_to(cx, d, dt);
     let r = cx.mul(d, vs[2]);
     one(cx.cast(r, dt))
 }
@@ -861,29 +883,48 @@ fn bce_operands(cx: &mut Cx, args: &Args) -> Result<(Tensor, Vec<Value>, Option<
     Ok((x, vs, w, acc))
 }
 
+/// Rounds a float32 intermediate to a 16-bit dtype and back: PyTorch's CPU loss kernels do
+/// their elementwise arithmetic in the input dtype, rounding after every operation.
+fn round_to(cx: &mut Cx, v: Value, dt: DType) -> Value {
+    if !is_16bit(dt) {
+        return v;
+    }
+    let acc = cx.dtype(v);
+    let r = cx.cast(v, dt);
+    cx.cast(r, acc)
+}
+
 /// binary_cross_entropy(self, target, weight, reduction), logs clamped at -100 like PyTorch.
 /// PyTorch's check that inputs lie in [0, 1] needs the data and is not made here.
 fn binary_cross_entropy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let red = reduction(args)?;
     let (x, vs, w, _) = bce_operands(cx, args)?;
+    let dt = x.dtype;
     let (xv, tv) = (vs[0], vs[1]);
     let floor = constant(cx, -100.0, xv);
     let lx = cx.log(xv);
+    let lx = round_to(cx, lx, dt);
     let lx = cx.max(lx, floor);
     let nx = cx.neg(xv);
     let l1x = cx.log1p(nx);
+    let l1x = round_to(cx, l1x, dt);
     let l1x = cx.max(l1x, floor);
     // (t - 1) * log(1 - x) - t * log(x)
     let one_ = constant(cx, 1.0, tv);
     let tm1 = cx.sub(tv, one_);
+    let tm1 = round_to(cx, tm1, dt);
     let a = cx.mul(tm1, l1x);
+    let a = round_to(cx, a, dt);
     let b = cx.mul(tv, lx);
+    let b = round_to(cx, b, dt);
     let mut l = cx.sub(a, b);
+    l = round_to(cx, l, dt);
     if let Some(w) = w {
         l = cx.mul(l, w);
+        l = round_to(cx, l, dt);
     }
     let r = apply_reduction(cx, l, red);
-    one(cx.cast(r, x.dtype))
+    one(cx.cast(r, dt))
 }
 
 /// binary_cross_entropy_backward(grad_output, self, target, weight, reduction):
@@ -892,25 +933,34 @@ fn binary_cross_entropy_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let red = reduction(args)?;
     let g = args.tensor("grad_output")?;
     let (x, vs, w, acc) = bce_operands(cx, args)?;
+    let dt = x.dtype;
     let (xv, tv) = (vs[0], vs[1]);
     let shape = cx.dims(xv);
-    let gv = cx.cast(g.v, acc);
+    let gv = cx.cast(g.v, dt);
+    let gv = cx.cast(gv, acc);
     let gv = cx.broadcast_to(gv, &shape);
     let one_ = constant(cx, 1.0, xv);
     let omx = cx.sub(one_, xv);
+    let omx = round_to(cx, omx, dt);
     let den = cx.mul(omx, xv);
+    let den = round_to(cx, den, dt);
     let eps = constant(cx, 1e-12, xv);
+    let eps = round_to(cx, eps, dt);
     let den = cx.max(den, eps);
     let num = cx.sub(xv, tv);
+    let num = round_to(cx, num, dt);
+    let num = cx.mul(gv, num);
+    let num = round_to(cx, num, dt);
     let mut r = cx.div(num, den);
-    r = cx.mul(r, gv);
+    r = round_to(cx, r, dt);
     if let Some(w) = w {
         r = cx.mul(r, w);
+        r = round_to(cx, r, dt);
     }
     if red == Reduction::Mean {
         let count = cx.numel(xv) as f64;
         let n = constant(cx, count, r);
         r = cx.div(r, n);
     }
-    one(cx.cast(r, x.dtype))
+    one(cx.cast(r, dt))
 }
