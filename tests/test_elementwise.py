@@ -13,6 +13,7 @@ BINARY = {
     "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
     "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
     "remainder": torch.remainder,
+    "floor_divide": torch.floor_divide,
     "fmod": torch.fmod,
     "maximum": torch.maximum,
     "minimum": torch.minimum,
@@ -26,8 +27,8 @@ BINARY = {
     "logical_or": torch.logical_or,
     "logical_xor": torch.logical_xor,
 }
-NO_BOOL = {"sub", "div_trunc", "div_floor", "remainder", "fmod"}
-NONZERO_DIVISOR = {"div", "div_trunc", "div_floor", "remainder", "fmod"}
+NO_BOOL = {"sub", "div_trunc", "div_floor", "remainder", "fmod", "floor_divide"}
+NONZERO_DIVISOR = {"div", "div_trunc", "div_floor", "remainder", "fmod", "floor_divide"}
 
 
 def divisor(shape, dtype):
@@ -154,7 +155,7 @@ def test_special_values():
     for fn in (torch.maximum, torch.minimum, torch.add, torch.mul, torch.div, torch.remainder, torch.atan2,
                lambda a, b: torch.div(a, b, rounding_mode="floor"), lambda a, b: torch.div(a, b, rounding_mode="trunc")):
         check(fn, x, y)
-    for fn in (torch.isnan, torch.isinf, torch.isfinite, torch.relu, torch.sign, torch.exp, torch.round,
+    for fn in (torch.isnan, torch.isinf, torch.isposinf, torch.isneginf, torch.isfinite, torch.relu, torch.sign, torch.exp, torch.round,
                lambda t: torch.clamp(t, -1, 1)):
         check(fn, x)
 

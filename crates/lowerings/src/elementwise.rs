@@ -14,6 +14,7 @@ pub fn register(r: &mut Registry) {
     r.add("mul", mul);
     r.add("div", div);
     r.add("true_divide", div);
+    r.add("floor_divide", floor_divide);
     r.add("remainder", remainder);
     r.add("fmod", fmod);
     r.add("pow", pow);
@@ -98,6 +99,8 @@ pub fn register(r: &mut Registry) {
         let inf = cx.full(f64::INFINITY, x.dtype, &dims);
         one(cx.compare(CmpDir::Eq, ax, inf))
     });
+    r.add("isposinf", |cx, a| is_signed_inf(cx, a, f64::INFINITY));
+    r.add("isneginf", |cx, a| is_signed_inf(cx, a, f64::NEG_INFINITY));
     r.add("isfinite", |cx, a| {
         let x = a.tensor("self")?;
         let out = if x.dtype.is_float() { cx.is_finite(x.v) } else { cx.full(1.0, DType::Bool, &cx.dims(x.v)) };
@@ -290,6 +293,13 @@ fn div(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             m
         ),
     }
+}
+
+fn floor_divide(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    check!(dt != DType::Bool, NotImplemented, "\"div_floor_cpu\" not implemented for 'Bool'");
+    let (a, b) = pair(cx, x, y, dt)?;
+    one(floor_divide_values(cx, a, b, dt))
 }
 
 /// Python's floor division, as PyTorch computes it.
@@ -703,4 +713,14 @@ fn conj_physical(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let im = cx.imag(x.v);
     let im = cx.neg(im);
     one(cx.complex(re, im))
+}
+
+fn is_signed_inf(cx: &mut Cx, args: &Args, inf: f64) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    if !x.dtype.is_float() {
+        return one(cx.full(0.0, DType::Bool, &dims));
+    }
+    let v = cx.full(inf, x.dtype, &dims);
+    one(cx.compare(CmpDir::Eq, x.v, v))
 }

@@ -1,0 +1,132 @@
+"""Tiny Llama training step: tokens/s for torchtpu eager and compiled against torch on CPU,
+measured in the same run (the FACTS.md configuration: vocab 1000, hidden 128, 2 layers,
+4 heads, 2 kv heads, batch 4 x 128, AdamW).
+
+    python benches/tiny_llama.py [--steps 13] [--inductor]
+"""
+import argparse
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotary(x, cos, sin):
+    a, b = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return x * cos + torch.cat((-b, a), dim=-1) * sin
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, kv_heads, hidden):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, dim // heads
+        self.q = nn.Linear(dim, dim, bias=False)
+        self.k = nn.Linear(dim, kv_heads * self.hd, bias=False)
+        self.v = nn.Linear(dim, kv_heads * self.hd, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        self.gate = nn.Linear(dim, hidden, bias=False)
+        self.up = nn.Linear(dim, hidden, bias=False)
+        self.down = nn.Linear(hidden, dim, bias=False)
+        self.n1, self.n2 = RMSNorm(dim), RMSNorm(dim)
+
+    def forward(self, x, cos, sin):
+        b, t, d = x.shape
+        h = self.n1(x)
+        q = self.q(h).view(b, t, self.heads, self.hd).transpose(1, 2)
+        k = self.k(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        v = self.v(h).view(b, t, self.kv_heads, self.hd).transpose(1, 2)
+        q, k = rotary(q, cos, sin), rotary(k, cos, sin)
+        rep = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        h = self.n2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class TinyLlama(nn.Module):
+    def __init__(self, vocab=1000, dim=128, layers=2, heads=4, kv_heads=2, hidden=344, seq=128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, kv_heads, hidden) for _ in range(layers))
+        self.norm = RMSNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        hd = dim // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
+        ang = torch.outer(torch.arange(seq).float(), inv)
+        self.register_buffer("cos", torch.cat((ang.cos(), ang.cos()), -1), persistent=False)
+        self.register_buffer("sin", torch.cat((ang.sin(), ang.sin()), -1), persistent=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        t = tokens.shape[1]
+        for blk in self.blocks:
+            x = blk(x, self.cos[:t], self.sin[:t])
+        return self.head(self.norm(x))
+
+
+def run(device, steps, compile_backend=None, seed=0):
+    torch.manual_seed(seed)
+    model = TinyLlama().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, 1000, (4, 129), generator=gen).to(device)
+    inp, tgt = tokens[:, :-1], tokens[:, 1:]
+
+    def loss_fn():
+        logits = model(inp)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))
+
+    fwd_bwd = loss_fn
+    if compile_backend:
+        compiled = torch.compile(loss_fn, backend=compile_backend)
+        fwd_bwd = compiled
+    losses, times = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = fwd_bwd()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    steady = times[1:] or times
+    tok_s = inp.numel() / (sum(steady) / len(steady))
+    return losses, tok_s, times[0]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=13)
+    p.add_argument("--inductor", action="store_true", help="also time torch.compile(inductor) on CPU (slow to compile)")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    rows = [("torch CPU eager", *run("cpu", a.steps))]
+    if a.inductor:
+        rows.append(("torch CPU inductor", *run("cpu", a.steps, "inductor")))
+    rows.append(("torchtpu eager", *run("tpu", a.steps)))
+    rows.append(("torchtpu compiled", *run("tpu", a.steps, "tpu")))
+    base = rows[0][2]
+    print(f"platform: {torch.tpu.get_device_name()}; steps: {a.steps}")
+    print(f"{'run':<22}{'tok/s':>10}{'vs CPU':>9}{'first step s':>14}{'final loss':>12}")
+    for name, losses, tok_s, first in rows:
+        print(f"{name:<22}{tok_s:>10.0f}{tok_s / base:>8.2f}x{first:>14.2f}{losses[-1]:>12.4f}")
+    ref = rows[0][1]
+    worst = max(abs(x - y) for _, losses, _, _ in rows for x, y in zip(losses, ref))
+    print(f"largest loss difference to CPU eager: {worst:.2e}")
+
+
+if __name__ == "__main__":
+    main()
