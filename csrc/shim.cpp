@@ -359,9 +359,22 @@ TtArg encode(CallFrame& f, const c10::IValue& v, const c10::Argument& schema_arg
 struct OpEntry {
   int32_t id;
   uint64_t write_mask;
+  bool hidden_generator;
 };
 
-int32_t op_id(const c10::OperatorHandle& op, uint64_t* write_mask) {
+// A random op without a Generator argument (native_dropout): the engine gets the device's
+// default generator as one extra trailing argument named "generator".
+bool needs_hidden_generator(const c10::OperatorHandle& op) {
+  if (!op.hasTag(at::Tag::nondeterministic_seeded)) return false;
+  for (const auto& a : op.schema().arguments()) {
+    auto t = a.type();
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->castRaw<c10::OptionalType>()->getElementType();
+    if (t->kind() == c10::TypeKind::GeneratorType) return false;
+  }
+  return true;
+}
+
+int32_t op_id(const c10::OperatorHandle& op, uint64_t* write_mask, bool* hidden_generator) {
   static std::mutex mu;
   static std::unordered_map<const void*, OpEntry> ids;
   const void* key = &op.schema();
@@ -369,6 +382,7 @@ int32_t op_id(const c10::OperatorHandle& op, uint64_t* write_mask) {
   auto it = ids.find(key);
   if (it != ids.end()) {
     *write_mask = it->second.write_mask;
+    *hidden_generator = it->second.hidden_generator;
     return it->second.id;
   }
   const auto& schema = op.schema();
@@ -381,10 +395,16 @@ int32_t op_id(const c10::OperatorHandle& op, uint64_t* write_mask) {
     names.push_back('\0');
     if (args[i].alias_info() && args[i].alias_info()->isWrite()) mask |= (1ULL << i);
   }
+  bool hidden = needs_hidden_generator(op);
+  if (hidden) {
+    names += "generator";
+    names.push_back('\0');
+  }
   int32_t id = tt_op_register(schema.name().c_str(), schema.overload_name().c_str(), names.data(),
-                              (int32_t)args.size(), mask);
-  ids[key] = {id, mask};
+                              (int32_t)(args.size() + hidden), mask);
+  ids[key] = {id, mask, hidden};
   *write_mask = mask;
+  *hidden_generator = hidden;
   return id;
 }
 
@@ -414,7 +434,8 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   uint64_t write_mask = 0;
-  int32_t id = op_id(op, &write_mask);
+  bool hidden_generator = false;
+  int32_t id = op_id(op, &write_mask, &hidden_generator);
   const auto& schema = op.schema();
   size_t nargs = schema.arguments().size();
   auto inputs = torch::jit::last(*stack, nargs);
@@ -422,8 +443,14 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const TtResult* r = nullptr;
   for (int attempt = 0; attempt < 4; attempt++) {
     CallFrame f;
-    f.args.reserve(nargs);
+    f.args.reserve(nargs + 1);
     for (size_t i = 0; i < nargs; i++) f.args.push_back(encode(f, inputs[i], schema.arguments()[i]));
+    if (hidden_generator) {
+      TtArg g{};
+      g.kind = TT_GENERATOR;
+      g.n.i = -1;
+      f.args.push_back(g);
+    }
     for (auto& a : f.args) {
       if (a.kind == TT_GENERATOR && a.n.i == -1) {
         auto [seed, offset] = default_generator(f.device).get<TpuGenerator>()->next();
@@ -720,6 +747,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  // Their CompositeExplicitAutograd kernels only raise for backends other than CPU/CUDA: send
+  // them to the engine like every other op.
+  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  m.impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&fallback>());
 }
 
 }  // namespace

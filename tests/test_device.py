@@ -205,3 +205,12 @@ def test_conjugate_and_negative_views_copy():
     z = torch.empty(6, dtype=torch.complex64, device="tpu")
     z.copy_(y.conj())
     torch.testing.assert_close(z.cpu(), x.conj())
+
+
+def test_module_to_keeps_tied_parameters():
+    lin, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    head.weight = lin.weight
+    m = torch.nn.ModuleDict({"a": lin, "b": head})
+    w = lin.weight
+    m.to("tpu")
+    assert m["a"].weight is m["b"].weight is w and w.device.type == "tpu"
