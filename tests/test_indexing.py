@@ -648,4 +648,15 @@ def test_histc(dtype):
     check(lambda a: torch.histc(a, bins=3), torch.full((4,), 2.0, dtype=dtype))
     check(lambda a: torch.histc(a, bins=5), x.view(5, 10).t())
     check_error(lambda a: torch.histc(a, bins=5, min=2, max=1), x)
-    check_error(lambda a: torch.histc(a, bins=5), make((4,), torch.int64))
+
+
+def test_histc_int():
+    # CPU has no integer histc; tpu follows CUDA (transformers' MoE layers rely on it):
+    # bin = (x - min) * bins // (max - min), x == max in the last bin, outside values dropped.
+    x = torch.tensor([0, 1, 1, 3, 7, 7, 2, 9, -1], dtype=torch.int32)
+    got = torch.histc(x.to(TPU), bins=8, min=0, max=7).cpu()
+    assert got.dtype == torch.int32
+    assert got.tolist() == [1, 2, 1, 1, 0, 0, 0, 2]
+    got = torch.histc(x.to(TPU), bins=4).cpu()                   # range from the data: [-1, 9]
+    expected = torch.histc(x.double(), bins=4).to(torch.int32)
+    assert got.tolist() == expected.tolist()

@@ -675,11 +675,10 @@ fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>]) -> Result<Optio
     let mut cshape = bshape.clone();
     cshape.push(1);
     let mut parts = Vec::new();
-    for (j, &p) in pos.iter().enumerate() {
+    for &p in &pos {
         let t = indices[p].unwrap();
         let b = cx.broadcast_to(t.v, &bshape);
         let w = wrap_negative(cx, b, xd[p]);
-        let _ = j;
         parts.push(cx.reshape(w, &cshape));
     }
     let coords = cx.concatenate(&parts, bshape.len() as i64);
@@ -737,6 +736,7 @@ fn expand_mask(cx: &mut Cx, args: &Args, xd: &[i64], indices: &[Option<Tensor>],
         .ok_or_else(|| crate::TorchError::new(crate::ErrorKind::NotImplemented, "torchtpu: index with a boolean mask needs its out= tensor"))?;
     let md = cx.dims(m.v);
     let k = md.len();
+    check!(k > 0, NotImplemented, "torchtpu: indexing with a 0-d boolean mask is not supported yet");
     check!(p + k <= xd.len(), Index, "too many indices for tensor of dimension {} (got {})", xd.len(), p + k);
     for (j, &s) in md.iter().enumerate() {
         check!(
@@ -776,11 +776,7 @@ fn expand_mask(cx: &mut Cx, args: &Args, xd: &[i64], indices: &[Option<Tensor>],
     );
     let nnz = od[front + nb - 1];
     let mask = cx.cast(m.v, DType::Bool);
-    let coords = if k == 0 {
-        cx.full(0.0, I64, &[nnz, 0])
-    } else {
-        nonzero_coords(cx, mask, nnz, 0)
-    };
+    let coords = nonzero_coords(cx, mask, nnz, 0);
     let mut out_idx = Vec::new();
     for (i, t) in indices.iter().enumerate() {
         if i != p {
@@ -793,7 +789,6 @@ fn expand_mask(cx: &mut Cx, args: &Args, xd: &[i64], indices: &[Option<Tensor>],
             out_idx.push(Some(Tensor { v: c, dtype: I64, rank: crate::Rank::Dim }));
         }
     }
-    check!(k > 0, NotImplemented, "torchtpu: indexing with a 0-d boolean mask is not supported yet");
     Ok(out_idx)
 }
 
@@ -1999,7 +1994,14 @@ fn isin(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// histc(self, bins=100, min=0, max=0): equal-width histogram; min == max uses the data's range.
 fn histc(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype.is_float(), NotImplemented, "\"histogram_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    // Integer inputs as on CUDA (PyTorch's CPU kernel has floats only; models use ints on
+    // accelerators).
+    check!(
+        x.dtype.is_float() || x.dtype.is_int(),
+        NotImplemented,
+        "\"histogram_tpu\" not implemented for '{}'",
+        x.dtype.torch_name()
+    );
     let bins = args.int_or("bins", 100)?;
     check!(bins > 0, Runtime, "torch.histc(): bins must be > 0, but got {} for dimension 0", bins);
     let float = |name: &str| -> Result<f64> {
@@ -2018,6 +2020,9 @@ fn histc(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cx.full(0.0, dt, &[bins]));
     }
     let flat = cx.reshape(x.v, &[n]);
+    if dt.is_int() {
+        return one(histc_int(cx, flat, bins, mn, mx));
+    }
     let e = dt.elem();
     let (lo, hi) = if mn == mx {
         // The data's own range (NaNs ignored), widened by 1 when it is a single point.
@@ -2087,4 +2092,43 @@ fn histc(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let ones = cx.full(1.0, dt, &[n]);
     let h = scatter_along(cx, zeros, 0, pos, ones, Combine::Add);
     one(cx.slice(h, &[0], &[bins], &[1]))
+}
+
+/// histc on integers (CUDA's rule): bin = (x - lo) * bins / (hi - lo) in integer arithmetic,
+/// x == hi in the last bin, values outside [lo, hi] dropped; counts in the input dtype.
+fn histc_int(cx: &mut Cx, flat: Value, bins: i64, mn: f64, mx: f64) -> Value {
+    let dt = cx.dtype(flat);
+    let n = cx.dims(flat)[0];
+    let x = cx.convert(flat, ElemType::I64);
+    let (mut lo, mut hi) = (cx.constant_i64(mn as i64, ElemType::I64), cx.constant_i64(mx as i64, ElemType::I64));
+    if mn as i64 == mx as i64 {
+        let i0 = cx.constant_i64(i64::MAX, ElemType::I64);
+        let i1 = cx.constant_i64(i64::MIN, ElemType::I64);
+        lo = cx.reduce(&[x], &[i0], &[0], |b, v| vec![b.min(v[0], v[1])])[0];
+        hi = cx.reduce(&[x], &[i1], &[0], |b, v| vec![b.max(v[0], v[1])])[0];
+    }
+    let same = cx.compare(CmpDir::Eq, lo, hi);
+    let one_ = cx.constant_i64(1, ElemType::I64);
+    let lo1 = cx.sub(lo, one_);
+    let hi1 = cx.add(hi, one_);
+    let lo = cx.select(same, lo1, lo);
+    let hi = cx.select(same, hi1, hi);
+    let lob = cx.broadcast_in_dim(lo, &[n], &[]);
+    let hib = cx.broadcast_in_dim(hi, &[n], &[]);
+    let d = cx.sub(x, lob);
+    let nb = cx.full(bins as f64, I64, &[n]);
+    let scaled = cx.mul(d, nb);
+    let w = cx.sub(hib, lob);
+    let pos = cx.div(scaled, w);
+    let lastb = cx.full((bins - 1) as f64, I64, &[n]);
+    let pos = cx.min(pos, lastb);
+    let ge = cx.compare(CmpDir::Ge, x, lob);
+    let le = cx.compare(CmpDir::Le, x, hib);
+    let inside = cx.and(ge, le);
+    let trash = cx.full(bins as f64, I64, &[n]);
+    let pos = cx.select(inside, pos, trash);
+    let zeros = cx.full(0.0, dt, &[bins + 1]);
+    let ones = cx.full(1.0, dt, &[n]);
+    let h = scatter_along(cx, zeros, 0, pos, ones, Combine::Add);
+    cx.slice(h, &[0], &[bins], &[1])
 }
