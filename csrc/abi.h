@@ -98,6 +98,10 @@ const TtResult* tt_cell_copy_bytes(void* dst, const void* src, int64_t nbytes);
 const TtResult* tt_to_host(const TtTensor* src, void* dst, int64_t nbytes);
 const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbytes);
 
+// Aten ops ("name" or "name.overload") whose composite kernels the fallback must override:
+// NUL-separated, ending with an empty name.
+const char* tt_routed_ops(void);
+
 int32_t tt_device_count(void);
 void tt_synchronize(int32_t device);
 

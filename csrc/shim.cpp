@@ -13,6 +13,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_set>
 #include <unordered_map>
@@ -288,8 +289,10 @@ TtArg encode(CallFrame& f, const c10::IValue& v, const c10::Argument& schema_arg
   } else if (v.isInt()) {
     a.kind = TT_INT;
     a.n.i = v.toInt();
-    auto k = schema_arg.type()->kind();
-    if (k == c10::TypeKind::OptionalType) k = schema_arg.type()->castRaw<c10::OptionalType>()->getElementType()->kind();
+    // real_type: a ScalarType argument's type() is plain int.
+    const auto& ty = schema_arg.real_type();
+    auto k = ty->kind();
+    if (k == c10::TypeKind::OptionalType) k = ty->castRaw<c10::OptionalType>()->getElementType()->kind();
     if (k == c10::TypeKind::ScalarTypeType) a.kind = TT_SCALAR_TYPE;
     else if (k == c10::TypeKind::LayoutType || k == c10::TypeKind::MemoryFormatType) a.kind = TT_OTHER;
   } else if (v.isDouble()) {
@@ -747,10 +750,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
-  // Their CompositeExplicitAutograd kernels only raise for backends other than CPU/CUDA: send
-  // them to the engine like every other op.
-  m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&fallback>());
-  m.impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  // Ops whose composite kernels would shadow the fallback; the list lives with the lowerings.
+  for (const char* name = tt_routed_ops(); *name; name += std::strlen(name) + 1) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
 }
 
 }  // namespace

@@ -212,5 +212,9 @@ def test_module_to_keeps_tied_parameters():
     head.weight = lin.weight
     m = torch.nn.ModuleDict({"a": lin, "b": head})
     w = lin.weight
+    y = m["a"](torch.randn(2, 4))  # an autograd graph still holds the CPU weight
     m.to("tpu")
-    assert m["a"].weight is m["b"].weight is w and w.device.type == "tpu"
+    assert m["a"].weight is m["b"].weight and m["a"].weight.device.type == "tpu"
+    m["a"](torch.randn(2, 4, device="tpu")).sum().backward()
+    assert m["b"].weight.grad is not None
+    del y, w

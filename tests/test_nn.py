@@ -175,16 +175,26 @@ def test_batch_norm_backward():
     grads(lambda t: F.batch_norm(t, rm.to(t.device), rv.to(t.device), training=False), make((2, 3, 4, 4)))
 
 
-def test_batch_norm_running_stats_refused():
-    # native_batch_norm updates running statistics without declaring the write, which the engine
-    # cannot mirror yet: refuse instead of silently leaving them stale.
-    rm, rv = torch.zeros(3, device=TPU), torch.ones(3, device=TPU)
-    with pytest.raises(NotImplementedError, match="running_mean"):
-        A.native_batch_norm(make((4, 3)).to(TPU), None, None, rm, rv, True, 0.1, 1e-5)
-    with pytest.raises(NotImplementedError, match="running_mean"):
-        F.batch_norm(make((4, 3)).to(TPU), rm, rv, training=True)
+def test_batch_norm_running_stats_updated():
+    # native_batch_norm updates running statistics without declaring the write in its schema;
+    # the lowering is registered as writing them, so they match CPU after each training step.
+    for momentum in (0.1, None):
+        ref = torch.nn.BatchNorm1d(3, momentum=momentum)
+        dev = torch.nn.BatchNorm1d(3, momentum=momentum).to(TPU)
+        for _ in range(3):
+            x = make((6, 3))
+            torch.testing.assert_close(dev(x.to(TPU)).detach().cpu(), ref(x).detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(dev.running_mean.cpu(), ref.running_mean, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(dev.running_var.cpu(), ref.running_var, atol=1e-6, rtol=1e-5)
+        assert dev.num_batches_tracked.item() == 3
+    rm, rv = torch.zeros(3), torch.ones(3)
+    rmt, rvt = rm.to(TPU), rv.to(TPU)
+    x = make((4, 3))
+    F.batch_norm(x, rm, rv, training=True)
+    F.batch_norm(x.to(TPU), rmt, rvt, training=True)
+    torch.testing.assert_close(rmt.cpu(), rm)
+    torch.testing.assert_close(rvt.cpu(), rv)
     m = torch.nn.BatchNorm1d(3, track_running_stats=False).to(TPU)
-    x = make((5, 3))
     torch.testing.assert_close(m(x.to(TPU)).detach().cpu(), torch.nn.BatchNorm1d(3, track_running_stats=False)(x).detach())
 
 

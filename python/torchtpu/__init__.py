@@ -41,11 +41,7 @@ from . import device as _device_module  # noqa: E402
 
 torch._register_device_module("tpu", _device_module)
 
-# Module.to("tpu") must keep each Parameter object, as it does for CUDA: tied weights
-# (embeddings shared with the output layer) and references held elsewhere stay the same
-# tensor. PyTorch only does that in place for its built-in dense backends; for others it
-# makes new Parameters unless it swaps tensors, so swap.
-torch.__future__.set_swap_module_params_on_conversion(True)
+from . import _modules  # noqa: E402  (Module.to keeps tied parameters tied)
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
 __version__ = "0.1.0"

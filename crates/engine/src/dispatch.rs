@@ -110,7 +110,12 @@ pub fn stats() -> Stats {
 pub fn register_op(qualified: &str, overload: &str, arg_names: Vec<String>, write_mask: u64) -> i32 {
     let base = lowerings::base_name(qualified).to_string();
     let lowering = lowerings::registry().get(&base).copied();
-    let write_args = (0..arg_names.len()).filter(|&i| write_mask & (1 << i) != 0).collect();
+    let mut write_args: Vec<usize> = (0..arg_names.len()).filter(|&i| write_mask & (1 << i) != 0).collect();
+    for name in lowering.map(|l| l.writes).unwrap_or(&[]) {
+        if let Some(i) = arg_names.iter().position(|n| n == name) {
+            write_args.push(i);
+        }
+    }
     let short = qualified.strip_prefix("aten::").unwrap_or(qualified);
     let inplace = short.ends_with('_') && !short.starts_with("__");
     let info = OpInfo { qualified: qualified.to_string(), overload: overload.to_string(), base, arg_names, write_args, inplace, lowering };

@@ -19,11 +19,11 @@ pub mod graph;
 
 mod elementwise;
 mod factories;
-mod conv;
-mod optim;
 mod views;
 mod linalg;
 mod activations;
+mod optim;
+mod conv;
 mod reductions;
 mod nn;
 mod indexing;
@@ -56,7 +56,23 @@ pub struct Lowering {
     /// program computing that size as a 0-d int64 tensor. The engine runs it, reads the number
     /// and passes it to `f` as the int argument `__size`.
     pub size: Option<LowerFn>,
+    /// Arguments the op writes without declaring it in its schema (native_batch_norm's
+    /// running statistics): written like declared ones, after them, in this order.
+    pub writes: &'static [&'static str],
 }
+
+/// Aten ops (with overload) whose CompositeExplicitAutograd kernel would shadow the boxed
+/// fallback on "tpu": the C++ shim registers the fallback for them explicitly, so that their
+/// lowering runs instead.
+pub const ROUTED_OPS: &[&str] = &[
+    // Their composite kernels only raise for backends other than CPU/CUDA.
+    "convolution_overrideable",
+    "convolution_backward_overrideable",
+    // Composites that would run as several programs with double rounding in 16-bit floats.
+    "native_layer_norm",
+    "logsumexp",
+    "logsumexp.out",
+];
 
 pub struct Registry {
     map: HashMap<&'static str, Lowering>,
@@ -69,16 +85,21 @@ impl Registry {
     }
 
     pub fn add(&mut self, name: &'static str, f: LowerFn) {
-        self.insert(name, Lowering { f, specialize_floats: false, size: None });
+        self.insert(name, Lowering { f, specialize_floats: false, size: None, writes: &[] });
     }
 
     pub fn add_specialized(&mut self, name: &'static str, f: LowerFn) {
-        self.insert(name, Lowering { f, specialize_floats: true, size: None });
+        self.insert(name, Lowering { f, specialize_floats: true, size: None, writes: &[] });
     }
 
     /// An op with a data-dependent output size (see `Lowering::size`).
     pub fn add_sized(&mut self, name: &'static str, size: LowerFn, f: LowerFn) {
-        self.insert(name, Lowering { f, specialize_floats: false, size: Some(size) });
+        self.insert(name, Lowering { f, specialize_floats: false, size: Some(size), writes: &[] });
+    }
+
+    /// An op that writes arguments its schema does not mark (see `Lowering::writes`).
+    pub fn add_writing(&mut self, name: &'static str, writes: &'static [&'static str], f: LowerFn) {
+        self.insert(name, Lowering { f, specialize_floats: false, size: None, writes });
     }
 
     pub fn get(&self, base: &str) -> Option<&Lowering> {
@@ -99,12 +120,12 @@ pub fn registry() -> &'static Registry {
         let mut r = Registry { map: HashMap::new() };
         elementwise::register(&mut r);
         factories::register(&mut r);
-        conv::register(&mut r);
-        optim::register(&mut r);
         graph::register(&mut r);
         views::register(&mut r);
         linalg::register(&mut r);
         activations::register(&mut r);
+        optim::register(&mut r);
+        conv::register(&mut r);
         reductions::register(&mut r);
         nn::register(&mut r);
         indexing::register(&mut r);

@@ -17,7 +17,7 @@ pub fn register(r: &mut Registry) {
     r.add("_log_softmax", |cx, a| softmax(cx, a, true));
     r.add("_softmax_backward_data", |cx, a| softmax_backward(cx, a, false));
     r.add("_log_softmax_backward_data", |cx, a| softmax_backward(cx, a, true));
-    r.add("native_batch_norm", native_batch_norm);
+    r.add_writing("native_batch_norm", &["running_mean", "running_var"], native_batch_norm);
     r.add("_native_batch_norm_legit", native_batch_norm_legit);
     r.add("_native_batch_norm_legit_functional", native_batch_norm_legit_functional);
     r.add("_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training);
@@ -311,19 +311,10 @@ fn tensors(vs: Vec<Value>) -> Vec<Out> {
 
 /// native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 /// -> (out, save_mean, save_invstd). In training mode PyTorch also updates the running
-/// statistics in place, undeclared in the schema, so the engine cannot write them back: that
-/// case is refused rather than leaving them silently stale.
+/// statistics in place without declaring it in the schema: it is registered with
+/// `add_writing`, so the new running statistics come first, like _native_batch_norm_legit.
 fn native_batch_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let bn = batch_norm_args(cx, args)?;
-    let training = args.bool("training")?;
-    check!(
-        !training || (bn.rm.is_none() && bn.rv.is_none()),
-        NotImplemented,
-        "native_batch_norm: updating running_mean/running_var in training mode is not supported on tpu yet \
-         (the op writes them without declaring it); use track_running_stats=False, eval mode or torch.compile"
-    );
-    let (outs, _) = batch_norm_core(cx, args, &bn, training, false)?;
-    Ok(tensors(outs))
+    native_batch_norm_legit(cx, args)
 }
 
 /// _native_batch_norm_legit(input, weight, bias, running_mean!, running_var!, training,

@@ -190,3 +190,20 @@ pub extern "C" fn tt_device_count() -> i32 {
 pub extern "C" fn tt_synchronize(_device: i32) {
     // Reads wait for their producers; nothing is queued outside PJRT.
 }
+
+/// The aten ops the shim must route to the fallback explicitly: NUL-separated, ending with an
+/// empty name.
+#[no_mangle]
+pub extern "C" fn tt_routed_ops() -> *const c_char {
+    static LIST: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        let mut v = Vec::new();
+        for name in lowerings::ROUTED_OPS {
+            v.extend_from_slice(name.as_bytes());
+            v.push(0);
+        }
+        v.push(0);
+        v
+    })
+    .as_ptr() as *const c_char
+}
