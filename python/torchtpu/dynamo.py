@@ -177,17 +177,30 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     from functorch.compile import make_boxed_func
 
     enc = _Encoder()
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    # Tensor constants of the graph become trailing inputs, moved to the device once.
+    constant_nodes = [n for n in nodes if n.op == "get_attr"]
+    for i, n in enumerate(placeholders + constant_nodes):
+        enc.index[n] = ("ref", i)
+    enc.num_inputs = len(placeholders) + len(constant_nodes)
+    constants = []
+    for n in constant_nodes:
+        value = gm
+        for part in n.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            raise NotImplementedError(f"torchtpu.compile: graph attribute {n.target} is not a tensor")
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():  # compiling runs under fake tensors; these are real
+            constants.append(value.detach().to("tpu"))
     output = None
-    for node in gm.graph.nodes:
-        if node.op == "placeholder":
-            enc.index[node] = ("ref", enc.num_inputs)
-            enc.num_inputs += 1
-        elif node.op == "call_function":
+    for node in nodes:
+        if node.op == "call_function":
             enc.call(node)
         elif node.op == "output":
             output = node.args[0]
-        elif node.op == "get_attr":
-            raise NotImplementedError("torchtpu.compile: graph constants (get_attr) are not supported yet")
     for x in example_inputs:
         if not isinstance(x, torch.Tensor):
             raise NotImplementedError("torchtpu.compile: symbolic or scalar graph inputs are not supported yet")
@@ -195,7 +208,6 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     # Outputs computed in the graph come back from run_graph in order; inputs returned as
     # outputs and constants are handed back as they are.
     plan, computed = [], []
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for o in outputs:
         if isinstance(o, torch.fx.Node) and o.op == "placeholder":
             plan.append(("input", placeholders.index(o)))
@@ -214,10 +226,10 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         stats["calls"] += 1
         if stats["first_call_seconds"] is None:
             t0 = time.perf_counter()
-            results = run_graph(graph_id, list(args)) if computed else []
+            results = run_graph(graph_id, [*args, *constants]) if computed else []
             stats["first_call_seconds"] = time.perf_counter() - t0
         else:
-            results = run_graph(graph_id, list(args)) if computed else []
+            results = run_graph(graph_id, [*args, *constants]) if computed else []
         out = []
         for kind, x in plan:
             out.append(results[x] if kind == "computed" else args[x] if kind == "input" else x)

@@ -87,12 +87,27 @@ fn scalar_f64(s: Scalar) -> f64 {
     }
 }
 
-/// arange.start_out(start, end, step, out): values start + i * step.
+/// The dtype of a factory's result: its out= tensor (eager), else `dtype=`, else PyTorch's
+/// inference from the numbers (int64 when all are integers, else the default float).
+fn factory_dtype(args: &Args, numbers: &[Option<Scalar>]) -> Result<DType> {
+    if let Ok(out) = args.tensor("out") {
+        return Ok(out.dtype);
+    }
+    if let Some(d) = args.dtype("dtype")? {
+        return Ok(d);
+    }
+    let all_int = numbers.iter().flatten().all(|s| matches!(s, Scalar::Int(_) | Scalar::Bool(_)));
+    Ok(if all_int { DType::I64 } else { DType::F32 })
+}
+
+/// arange.start_out(start, end, step, out) (eager) or arange.start_step (graphs):
+/// values start + i * step.
 fn arange(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let out = args.tensor("out")?;
-    let start = args.opt_scalar("start")?.map(scalar_f64).unwrap_or(0.0);
+    let (s0, s1, s2) = (args.opt_scalar("start")?, args.opt_scalar("end")?, args.opt_scalar("step")?);
+    let dtype = factory_dtype(args, &[s0, s1, s2])?;
+    let start = s0.map(scalar_f64).unwrap_or(0.0);
     let end = scalar_f64(args.scalar("end")?);
-    let step = args.opt_scalar("step")?.map(scalar_f64).unwrap_or(1.0);
+    let step = s2.map(scalar_f64).unwrap_or(1.0);
     check!(step != 0.0, Runtime, "step must be nonzero");
     check!(start.is_finite() && end.is_finite(), Runtime, "unsupported range: {} -> {}", start, end);
     check!(
@@ -101,7 +116,7 @@ fn arange(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         "upper bound and larger bound inconsistent with step sign"
     );
     let n = ((end - start) / step).ceil() as i64;
-    linear_values(cx, out.dtype, n, start, step)
+    linear_values(cx, dtype, n, start, step)
 }
 
 /// start + i * step for i in 0..n, computed in the output dtype's arithmetic (i64 for integer
@@ -123,15 +138,15 @@ fn linear_values(cx: &mut Cx, dtype: DType, n: i64, start: f64, step: f64) -> Re
 /// linspace.out(start, end, steps, out): PyTorch fills the first half from start and the
 /// second half from end so both ends are exact.
 fn linspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let out = args.tensor("out")?;
+    let dtype = factory_dtype(args, &[Some(Scalar::Float(crate::FloatArg { value: 0.0, slot: None }))])?;
     let start = scalar_f64(args.scalar("start")?);
     let end = scalar_f64(args.scalar("end")?);
     let steps = args.int("steps")?;
     check!(steps >= 0, Runtime, "number of steps must be non-negative");
-    let acc = if out.dtype == DType::F64 { DType::F64 } else { DType::F32 };
+    let acc = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
     if steps <= 1 {
         let v = cx.full(start, acc, &[steps]);
-        return one(cx.cast(v, out.dtype));
+        return one(cx.cast(v, dtype));
     }
     let step = (end - start) / (steps - 1) as f64;
     let n = steps;
@@ -148,16 +163,16 @@ fn linspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let half = cx.full((n / 2) as f64, acc, &[n]);
     let first = cx.compare(CmpDir::Lt, i, half);
     let v = cx.select(first, lo, hi);
-    if out.dtype.is_integral() {
+    if dtype.is_integral() {
         // Integer linspace truncates like a C cast.
         let z = cx.full(0.0, acc, &[n]);
         let neg = cx.compare(CmpDir::Lt, v, z);
         let c = cx.ceil(v);
         let f = cx.floor(v);
         let t = cx.select(neg, c, f);
-        return one(cx.cast(t, out.dtype));
+        return one(cx.cast(t, dtype));
     }
-    one(cx.cast(v, out.dtype))
+    one(cx.cast(v, dtype))
 }
 
 // ---- random ------------------------------------------------------------------------------------

@@ -27,6 +27,117 @@ pub fn register(r: &mut Registry) {
     r.add("empty", zeros_of_size);
     r.add("zeros", zeros_of_size);
     r.add("scalar_tensor", scalar_tensor);
+    r.add("full_like", full_like);
+    r.add("zeros_like", |cx, a| like(cx, a, 0.0));
+    r.add("ones_like", |cx, a| like(cx, a, 1.0));
+    r.add("empty_like", |cx, a| like(cx, a, 0.0));
+    r.add("embedding", embedding);
+    r.add("split_with_sizes", split_with_sizes);
+    r.add("split", split);
+    r.add("unbind", unbind);
+}
+
+fn pieces(cx: &mut Cx, v: stablehlo::Value, d: usize, sizes: &[i64]) -> Vec<stablehlo::Value> {
+    let dims = cx.dims(v);
+    let mut start = 0;
+    let mut out = Vec::with_capacity(sizes.len());
+    for &n in sizes {
+        let mut lo = vec![0; dims.len()];
+        let mut hi = dims.clone();
+        lo[d] = start;
+        hi[d] = start + n;
+        out.push(cx.slice(v, &lo, &hi, &vec![1; dims.len()]));
+        start += n;
+    }
+    out
+}
+
+fn split_with_sizes(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int_or("dim", 0)?, dims.len())?;
+    let sizes = args.ints("split_sizes")?;
+    check!(
+        sizes.iter().all(|&n| n >= 0) && sizes.iter().sum::<i64>() == dims[d],
+        Runtime,
+        "split_with_sizes expects split_sizes to sum exactly to {} (input tensor's size at dimension {}), but got split_sizes={:?}",
+        dims[d],
+        d,
+        sizes
+    );
+    Ok(vec![Out::List(pieces(cx, x.v, d, &sizes))])
+}
+
+fn split(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int_or("dim", 0)?, dims.len())?;
+    let size = args.int("split_size")?;
+    check!(size > 0 || dims[d] == 0, Runtime, "split_size can only be 0 if dimension size is 0, but got dimension size of {}", dims[d]);
+    let mut sizes = Vec::new();
+    let mut left = dims[d];
+    while left > 0 {
+        sizes.push(size.min(left));
+        left -= size;
+    }
+    if sizes.is_empty() {
+        sizes.push(0);
+    }
+    Ok(vec![Out::List(pieces(cx, x.v, d, &sizes))])
+}
+
+fn unbind(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int_or("dim", 0)?, dims.len())?;
+    let mut rest = dims.clone();
+    rest.remove(d);
+    let parts = pieces(cx, x.v, d, &vec![1; dims[d] as usize]);
+    Ok(vec![Out::List(parts.into_iter().map(|p| cx.reshape(p, &rest)).collect())])
+}
+
+fn full_like(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
+    let value = args.scalar("fill_value")?;
+    let dims = cx.dims(x.v);
+    one(cx.scalar_like(value, dtype, &dims))
+}
+
+fn like(cx: &mut Cx, args: &Args, value: f64) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
+    let dims = cx.dims(x.v);
+    one(cx.full(value, dtype, &dims))
+}
+
+/// embedding(weight, indices, ...): rows of `weight`, shaped indices.shape + [dim].
+fn embedding(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let w = args.tensor("weight")?;
+    let idx = args.tensor("indices")?;
+    check!(
+        matches!(idx.dtype, DType::I64 | DType::I32),
+        Runtime,
+        "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got {} instead",
+        idx.dtype.torch_name()
+    );
+    let wd = cx.dims(w.v);
+    check!(wd.len() == 2, Runtime, "'weight' must be 2-D");
+    let id = cx.dims(idx.v);
+    let n: i64 = id.iter().product();
+    let flat = cx.reshape(idx.v, &[n, 1]);
+    let dn = stablehlo::GatherDims {
+        offset_dims: vec![1],
+        collapsed_slice_dims: vec![0],
+        operand_batching_dims: vec![],
+        start_indices_batching_dims: vec![],
+        start_index_map: vec![0],
+        index_vector_dim: 1,
+    };
+    let rows = cx.gather(w.v, flat, &dn, &[1, wd[1]], false);
+    let mut out = id;
+    out.push(wd[1]);
+    one(cx.reshape(rows, &out))
 }
 
 fn identity(_cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
