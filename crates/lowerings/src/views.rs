@@ -26,6 +26,11 @@ pub fn register(r: &mut Registry) {
     r.add("full", full);
     r.add("empty", zeros_of_size);
     r.add("zeros", zeros_of_size);
+    r.add("empty_permuted", zeros_of_size);
+    r.add("empty_strided", zeros_of_size);
+    r.add("new_empty", new_zeros);
+    r.add("new_zeros", new_zeros);
+    r.add("new_empty_strided", new_zeros);
     r.add("scalar_tensor", scalar_tensor);
     r.add("full_like", full_like);
     r.add("zeros_like", |cx, a| like(cx, a, 0.0));
@@ -33,6 +38,8 @@ pub fn register(r: &mut Registry) {
     r.add("empty_like", |cx, a| like(cx, a, 0.0));
     r.add("embedding", embedding);
     r.add("split_with_sizes", split_with_sizes);
+    r.add("slice_scatter", slice_scatter);
+    r.add("select_scatter", select_scatter);
     r.add("split", split);
     r.add("unbind", unbind);
 }
@@ -305,8 +312,78 @@ fn zeros_of_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.full(0.0, dtype, &size))
 }
 
+/// new_zeros / new_empty(self, size, dtype): a fresh tensor of `self`'s dtype by default.
+fn new_zeros(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let size = args.ints("size")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
+    one(cx.full(0.0, dtype, &size))
+}
+
 fn scalar_tensor(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let s = args.scalar("s")?;
     let dtype = args.dtype("dtype")?.unwrap_or(DType::F32);
     one(cx.scalar(s, dtype))
+}
+
+/// `base` with positions start, start+step, ... < end along `d` replaced by `src`.
+fn strided_update(cx: &mut Cx, base: stablehlo::Value, src: stablehlo::Value, d: usize, start: i64, step: i64) -> stablehlo::Value {
+    let dims = cx.dims(base);
+    let sdims = cx.dims(src);
+    let n = sdims[d];
+    if n == 0 {
+        return base;
+    }
+    let nd = dims.len();
+    // Spread src along d with step-1 gaps, placed at `start`, and select it where it landed.
+    let mut lo = vec![0; nd];
+    let mut hi = vec![0; nd];
+    let mut interior = vec![0; nd];
+    lo[d] = start;
+    interior[d] = step - 1;
+    hi[d] = dims[d] - (start + (n - 1) * step + 1);
+    let dt = cx.dtype(base);
+    let zero = cx.full(0.0, dt, &[]);
+    let spread = cx.pad(src, zero, &lo, &hi, &interior);
+    let ones = cx.full(1.0, DType::Bool, &sdims);
+    let no = cx.full(0.0, DType::Bool, &[]);
+    let mask = cx.pad(ones, no, &lo, &hi, &interior);
+    cx.select(mask, spread, base)
+}
+
+/// slice_scatter(self, src, dim, start, end, step): self with the slice replaced by src.
+fn slice_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let src = args.tensor("src")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int_or("dim", 0)?, dims.len())?;
+    let n = dims[d];
+    let step = args.int_or("step", 1)?;
+    check!(step > 0, Runtime, "slice step must be positive");
+    let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+    let start = clamp(args.opt_int("start")?.unwrap_or(0));
+    let end = clamp(args.opt_int("end")?.unwrap_or(n)).max(start);
+    let mut expect = dims.clone();
+    expect[d] = (end - start + step - 1) / step;
+    let sdims = cx.dims(src.v);
+    check!(sdims == expect, Runtime, "Expected src to have a size equal to the slice of self. src size = {:?}, slice size = {:?}", sdims, expect);
+    let s = cx.cast(src.v, x.dtype);
+    one(strided_update(cx, x.v, s, d, start, step))
+}
+
+/// select_scatter(self, src, dim, index): self with the selected slice replaced by src.
+fn select_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let src = args.tensor("src")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int("dim")?, dims.len())?;
+    let n = dims[d];
+    let i = args.int("index")?;
+    check!(i >= -n && i < n, Index, "select(): index {} out of range for tensor of size {:?} at dimension {}", i, dims, d);
+    let i = if i < 0 { i + n } else { i };
+    let mut sd = dims.clone();
+    sd[d] = 1;
+    let s = cx.cast(src.v, x.dtype);
+    let s = cx.reshape(s, &sd);
+    one(strided_update(cx, x.v, s, d, i, 1))
 }
