@@ -9,6 +9,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==2.11.0" numpy "maturin>=1.5,<2" pytest pytest-timeout "xla-cpu-pjrt==0.0.1"
+# For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers.
+.venv/bin/pip install -q expecttest hypothesis transformers
 # The second CPU plugin; its declared dependencies are not needed for the .so itself.
 .venv/bin/pip install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
 if ! command -v cargo >/dev/null; then
