@@ -1297,7 +1297,7 @@ fn embedding_renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let z = cx.constant_f64(0.0, e);
         cx.reduce(&[v], &[z], &[1], |b, a| vec![b.add(a[0], a[1])])[0]
     };
-    let norm = if p == f64::INFINITY || p == f64::NEG_INFINITY {
+    let norm = if p.is_infinite() {
         let init = cx.constant_f64(if p > 0.0 { 0.0 } else { f64::INFINITY }, e);
         let is_max = p > 0.0;
         cx.reduce(&[ax], &[init], &[1], move |b, a| vec![if is_max { b.max(a[0], a[1]) } else { b.min(a[0], a[1]) }])[0]
@@ -2018,7 +2018,8 @@ fn histc(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         }
     };
     let (mn, mx) = (float("min")?, float("max")?);
-    check!(mn <= mx, Runtime, "torch.histc(): max must be larger than min");
+    let ordered = mn <= mx;
+    check!(ordered, Runtime, "torch.histc(): max must be larger than min");
     check!(mn.is_finite() && mx.is_finite(), Runtime, "torch.histc(): range of [{}, {}] is not finite", mn, mx);
     let dt = x.dtype;
     let n = numel(&cx.dims(x.v));
