@@ -709,3 +709,19 @@ def test_embedding_bag_weights_scale_dtypes():
     bag_d(i.to(TPU), off.to(TPU)).sum().backward()
     torch.testing.assert_close(bag_d.weight.grad.cpu(), bag.weight.grad)
     check_error(lambda i, w, o, p: F.embedding_bag(i, w, o, mode="mean", per_sample_weights=p), i, w, off, p)
+
+
+def test_direct_aten_variants():
+    x = torch.tensor([[3, 1, 2], [3, 1, 2], [0, 5, 2]])
+    check(lambda a: torch._unique(a, return_inverse=True), x)
+    check(lambda a: torch.ops.aten.unique_dim_consecutive(a, 0, True, True), x)
+    check(lambda a: torch.ops.aten.unique_consecutive(a, True, True, 1), x)
+    f = make((4, 5))
+    i = torch.tensor([3, 0, -1])
+    check(lambda a, i: torch.ops.aten._unsafe_index(a, [None, i]), f, i)
+    check(lambda a, i, v: torch.ops.aten._unsafe_index_put(a, [i], v, True), f, i, make((3, 5)))
+    check(lambda a, i, v: torch.ops.aten._index_put_impl_(a.clone(), [i], v, True, True), f, i, make((5,)))
+    w = make((10, 3))
+    check(lambda w, i, o: torch.ops.aten._embedding_bag_forward_only(w, i, o, False, 1, False, None, False, -1),
+          w, torch.tensor([1, 2, 4, 5]), torch.tensor([0, 1]))
+    check(lambda a: torch.ops.aten.native_channel_shuffle(a, 2), make((1, 4, 3)))
