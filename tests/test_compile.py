@@ -79,3 +79,21 @@ def test_recompiles_are_explained_and_counted(caplog):
         assert any("recompiled 2 times" in str(m.message) for m in w), [str(m.message) for m in w]
     finally:
         del os.environ["TORCHTPU_RECOMPILE_WARN"]
+
+
+def test_graph_views_factories_and_scatters():
+    def f(x, idx, table):
+        a = x.permute(1, 0).unsqueeze(0).expand(2, -1, -1).squeeze(0)
+        b = torch.cat(x.split([1, 2], dim=0), dim=0) + x.unbind(1)[0].sum()
+        c = x.repeat(2, 1)[1:, ::2] * torch.arange(2, device=x.device)
+        d = torch.full_like(x, 0.5) + torch.zeros(3, 4, device=x.device)
+        e = torch.nn.functional.embedding(idx, table)
+        y = x.clone()
+        y[1] = 7.0
+        y[:, 1:3] = y[:, 1:3] * 2
+        return a.sum(0), b, c, d, e, y
+
+    x, idx, table = make((3, 4)), torch.tensor([[0, 2], [1, 1]]), make((5, 3))
+    got = torch.compile(f, backend="tpu")(x.to(TPU), idx.to(TPU), table.to(TPU))
+    for g, e in zip(got, f(x, idx, table)):
+        torch.testing.assert_close(g.cpu(), e)

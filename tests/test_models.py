@@ -34,6 +34,11 @@ def small_config(name):
             setattr(cfg, k, v)
     if name.startswith("Deepseek"):
         cfg.head_dim = cfg.qk_rope_head_dim  # MLA's rotary part
+    if name == "ViT":
+        cfg.image_size, cfg.patch_size = 32, 8
+    if name == "Whisper":
+        cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id, cfg.decoder_start_token_id = 0, 1, 2, 1
+        cfg.begin_suppress_tokens, cfg.suppress_tokens = None, None
     return cfg
 
 
@@ -88,3 +93,66 @@ def test_causal_lm_compiled_logits(name):
         dev = copy.deepcopy(model).to(TPU)
         compiled = torch.compile(dev, backend="tpu")
         close(compiled(ids.to(TPU)).logits, ref)
+
+
+def _ids(shape, seed):
+    return torch.randint(3, 128, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _pixels(seed):
+    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
+
+
+def _features(seed):
+    return torch.randn(2, 16, 128, generator=torch.Generator().manual_seed(seed))
+
+
+# (config name, auto class, inputs, labels): encoders, encoder-decoders, vision and speech.
+OTHERS = {
+    "Bert": ("AutoModelForMaskedLM", lambda: dict(input_ids=_ids((2, 10), 4)), lambda: _ids((2, 10), 5)),
+    "T5": ("AutoModelForSeq2SeqLM", lambda: dict(input_ids=_ids((2, 10), 4), decoder_input_ids=_ids((2, 5), 6)),
+           lambda: _ids((2, 5), 7)),
+    "ViT": ("AutoModelForImageClassification", lambda: dict(pixel_values=_pixels(4)),
+            lambda: torch.tensor([0, 1])),
+    "Whisper": ("AutoModelForSpeechSeq2Seq", lambda: dict(input_features=_features(4), decoder_input_ids=_ids((2, 4), 6)),
+                lambda: _ids((2, 4), 7)),
+}
+
+
+def other_model(name):
+    torch.manual_seed(0)
+    auto, _, _ = OTHERS[name]
+    return getattr(transformers, auto).from_config(small_config(name))
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_other_models_logits_eager_and_compiled(name):
+    _, inputs, _ = OTHERS[name]
+    model = other_model(name).eval()
+    x = inputs()
+    with torch.no_grad():
+        ref = model(**x).logits
+        dev = copy.deepcopy(model).to(TPU)
+        close(dev(**{k: v.to(TPU) for k, v in x.items()}).logits, ref)
+        compiled = torch.compile(dev, backend="tpu")
+        close(compiled(**{k: v.to(TPU) for k, v in x.items()}).logits, ref)
+
+
+@pytest.mark.parametrize("name", sorted(OTHERS))
+def test_other_models_training_matches_cpu(name):
+    _, inputs, labels = OTHERS[name]
+    losses = {}
+    for device in ("cpu", "tpu"):
+        model = other_model(name).train().to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = {k: v.to(device) for k, v in inputs().items()}
+        y = labels().to(device)
+        out = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = model(**x, labels=y).loss
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        losses[device] = out
+    assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-4)

@@ -103,12 +103,14 @@ def _run_one(op, dtype, max_samples, grads):
         return r
     for s in samples:
         torch.manual_seed(0)
+        # Copy to tpu first: in-place ops modify the CPU sample.
+        dev_input, dev_args, dev_kwargs = _to(s.input, "tpu"), _to(s.args, "tpu"), _to(s.kwargs, "tpu")
         try:
             expected = op(s.input, *s.args, **s.kwargs)
         except Exception:  # noqa: BLE001 - CPU rejects it: nothing to compare
             continue
         try:
-            got = op(_to(s.input, "tpu"), *_to(s.args, "tpu"), **_to(s.kwargs, "tpu"))
+            got = op(dev_input, *dev_args, **dev_kwargs)
         except Exception as e:  # noqa: BLE001
             r["errored"] += 1
             r["first_error"] = r["first_error"] or _short(e)

@@ -241,7 +241,6 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
 def backend(gm, example_inputs, **kwargs):
     """The dynamo backend registered as "tpu"."""
     import torch._dynamo
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     # Graphs are compiled per concrete shape (the executable cache is keyed by shapes), so a
@@ -255,4 +254,19 @@ def backend(gm, example_inputs, **kwargs):
     def bw(g, ex):
         return compile_graph(g, ex, "backward", frame)
 
-    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=core_aten_decompositions())(gm, example_inputs)
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions())(gm, example_inputs)
+
+
+def _decompositions():
+    """PyTorch's core ATen decompositions, except for ops lowered natively: one native
+    lowering beats a chain of smaller ops (and some decompositions call out= factories)."""
+    from torch._decomp import core_aten_decompositions
+
+    lowered = set(_C.lowered_ops())
+
+    def base(op):
+        name = op.name().split("::")[-1].split(".")[0]
+        return name[:-1] if name.endswith("_") and not name.startswith("__") else name
+
+    return {op: fn for op, fn in core_aten_decompositions().items()
+            if not (isinstance(op, torch._ops.OpOverload) and base(op) in lowered)}

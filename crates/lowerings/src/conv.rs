@@ -12,6 +12,9 @@ use stablehlo::{ConvDims, Precision, Value};
 pub fn register(r: &mut Registry) {
     r.add("convolution_overrideable", convolution);
     r.add("convolution_backward_overrideable", convolution_backward);
+    // The same ops under the names torch.compile graphs use.
+    r.add("convolution", convolution);
+    r.add("convolution_backward", convolution_backward);
 }
 
 /// The dtype a convolution accumulates in: f32 for 16-bit floats.

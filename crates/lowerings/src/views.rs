@@ -39,6 +39,7 @@ pub fn register(r: &mut Registry) {
     r.add("embedding", embedding);
     r.add("split_with_sizes", split_with_sizes);
     r.add("slice_scatter", slice_scatter);
+    r.add("repeat", repeat);
     r.add("select_scatter", select_scatter);
     r.add("split", split);
     r.add("unbind", unbind);
@@ -386,4 +387,30 @@ fn select_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let s = cx.cast(src.v, x.dtype);
     let s = cx.reshape(s, &sd);
     one(strided_update(cx, x.v, s, d, i, 1))
+}
+
+/// repeat(self, repeats): tiles the tensor; `repeats` may add leading dims.
+fn repeat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let reps = args.ints("repeats")?;
+    let xd = cx.dims(x.v);
+    check!(
+        reps.len() >= xd.len(),
+        Runtime,
+        "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
+    );
+    let mut dims = vec![1i64; reps.len() - xd.len()];
+    dims.extend(&xd);
+    // Broadcast to [r0, d0, r1, d1, ...] then merge each pair.
+    let mut wide = Vec::new();
+    let mut keep = Vec::new();
+    for (i, (&r, &d)) in reps.iter().zip(&dims).enumerate() {
+        wide.push(r);
+        wide.push(d);
+        keep.push(2 * i as i64 + 1);
+    }
+    let v = cx.reshape(x.v, &dims);
+    let b = cx.broadcast_in_dim(v, &wide, &keep);
+    let out: Vec<i64> = reps.iter().zip(&dims).map(|(r, d)| r * d).collect();
+    one(cx.reshape(b, &out))
 }
