@@ -24,7 +24,7 @@ SMALL = dict(
     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, activation_dropout=0.0, dropout_rate=0.0,
 )
 
-CAUSAL = ["Llama", "Qwen2", "Qwen3", "Gemma", "Gemma2", "Gemma3Text", "Mistral", "GPT2"]
+CAUSAL = ["Llama", "Qwen2", "Qwen3", "Gemma", "Gemma2", "Gemma3Text", "Mistral", "Mixtral", "DeepseekV3", "GPT2"]
 
 
 def small_config(name):
@@ -84,7 +84,7 @@ def test_causal_lm_training_matches_cpu(name):
     assert losses["tpu"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-4)
 
 
-@pytest.mark.parametrize("name", ["Llama", "Qwen2", "GPT2"])
+@pytest.mark.parametrize("name", ["Llama", "Qwen2", "GPT2", "Gemma3Text"])
 def test_causal_lm_compiled_logits(name):
     model = causal_lm(name)
     ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(3))
