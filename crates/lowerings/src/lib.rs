@@ -28,6 +28,7 @@ mod reductions;
 mod nn;
 mod indexing;
 mod shape_ops;
+mod special;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -130,6 +131,7 @@ pub fn registry() -> &'static Registry {
         nn::register(&mut r);
         indexing::register(&mut r);
         shape_ops::register(&mut r);
+        special::register(&mut r);
         r
     })
 }

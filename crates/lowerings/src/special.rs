@@ -1,0 +1,1352 @@
+//! Special and remaining elementwise math: polygamma, logit, xlogy/xlog1py, entr, ndtri,
+//! log_ndtr, erfcx, the modified Bessel functions i0/i0e/i1/i1e, sinc, logaddexp(2), hypot,
+//! copysign, nextafter, fmax/fmin, heaviside, frexp, gcd/lcm, bit shifts, nan_to_num,
+//! signbit, angle, igamma/igammac and zeta.
+//!
+//! 16-bit floats are computed in float32 and rounded once, as PyTorch's CPU kernels upcast
+//! them; the Cephes-derived algorithms follow PyTorch's ATen/native/Math.h.
+use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::cx::Cx;
+use crate::dtype::{result_type, DType, Rank};
+use crate::error::Result;
+use crate::reductions::acc_type;
+use crate::{bail, check, one, Out, Registry};
+use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
+
+pub fn register(r: &mut Registry) {
+    r.add("polygamma", polygamma);
+    r.add("special_polygamma", polygamma);
+    r.add("logit", logit);
+    r.add("special_logit", logit);
+    r.add("logit_backward", logit_backward);
+    r.add("xlogy", |cx, a| xlog(cx, a, false));
+    r.add("special_xlogy", |cx, a| xlog(cx, a, false));
+    r.add("special_xlog1py", |cx, a| xlog(cx, a, true));
+    r.add("special_entr", entr);
+    r.add("special_ndtri", |cx, a| float_unary_no16(cx, a, "ndtri_cpu", ndtri_values));
+    r.add("special_log_ndtr", |cx, a| float_unary_no16(cx, a, "log_ndtr_cpu", log_ndtr_values));
+    r.add("special_erfcx", |cx, a| float_unary_no16(cx, a, "erfcx_cpu", erfcx_values));
+    r.add("i0", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, false)));
+    r.add("special_i0", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, false)));
+    r.add("special_i0e", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, true)));
+    r.add("special_i1", |cx, a| float_unary(cx, a, |cx, x| bessel_i1(cx, x, false)));
+    r.add("special_i1e", |cx, a| float_unary(cx, a, |cx, x| bessel_i1(cx, x, true)));
+    r.add("special_modified_bessel_i0", |cx, a| {
+        float_unary_no16(cx, a, "modified_bessel_i0_cpu", |cx, x| bessel_i0(cx, x, false))
+    });
+    r.add("special_modified_bessel_i1", |cx, a| {
+        float_unary_no16(cx, a, "modified_bessel_i1_cpu", |cx, x| bessel_i1(cx, x, false))
+    });
+    r.add("sinc", |cx, a| float_unary(cx, a, sinc_values));
+    r.add("logaddexp", |cx, a| logaddexp(cx, a, false));
+    r.add("logaddexp2", |cx, a| logaddexp(cx, a, true));
+    r.add("hypot", hypot);
+    r.add("copysign", copysign);
+    r.add("nextafter", nextafter);
+    r.add("fmax", |cx, a| fmax_fmin(cx, a, true));
+    r.add("fmin", |cx, a| fmax_fmin(cx, a, false));
+    r.add("heaviside", heaviside);
+    r.add("frexp", frexp);
+    r.add("gcd", |cx, a| gcd_lcm(cx, a, false));
+    r.add("lcm", |cx, a| gcd_lcm(cx, a, true));
+    r.add("__lshift__", |cx, a| shift(cx, a, true));
+    r.add("__rshift__", |cx, a| shift(cx, a, false));
+    r.add("bitwise_left_shift", |cx, a| shift(cx, a, true));
+    r.add("bitwise_right_shift", |cx, a| shift(cx, a, false));
+    r.add("nan_to_num", nan_to_num);
+    r.add("signbit", signbit);
+    r.add("angle", angle);
+    r.add("igamma", |cx, a| igamma(cx, a, false));
+    r.add("igammac", |cx, a| igamma(cx, a, true));
+    r.add("special_zeta", zeta);
+}
+
+// ---- operands and shared helpers ---------------------------------------------------------------
+
+/// A tensor or a Python number in a promoting binary op.
+#[derive(Copy, Clone)]
+enum Num {
+    T(Tensor),
+    S(Scalar),
+}
+
+impl Num {
+    fn get(args: &Args, name: &str) -> Result<Num> {
+        match args.get(name) {
+            Some(Arg::Tensor(t)) => Ok(Num::T(*t)),
+            _ => Ok(Num::S(args.scalar(name)?)),
+        }
+    }
+    fn promo(&self) -> (DType, Rank) {
+        match self {
+            Num::T(t) => (t.dtype, t.rank),
+            Num::S(s) => (s.dtype(), Rank::Wrapped),
+        }
+    }
+    fn value(&self, cx: &mut Cx, dtype: DType) -> Value {
+        match self {
+            Num::T(t) => cx.cast(t.v, dtype),
+            Num::S(s) => cx.scalar(*s, dtype),
+        }
+    }
+}
+
+/// Both operands, and their promoted dtype.
+fn operands(args: &Args, a: &str, b: &str) -> Result<(Num, Num, DType)> {
+    let x = Num::get(args, a)?;
+    let y = Num::get(args, b)?;
+    let dt = result_type(&[x.promo(), y.promo()]).unwrap();
+    Ok((x, y, dt))
+}
+
+/// Both operands converted to `dtype` and broadcast together.
+fn pair(cx: &mut Cx, a: Num, b: Num, dtype: DType) -> Result<(Value, Value)> {
+    let av = a.value(cx, dtype);
+    let bv = b.value(cx, dtype);
+    let vs = cx.broadcast_all(&[av, bv])?;
+    Ok((vs[0], vs[1]))
+}
+
+/// The dtype of ops that always produce floats: integers and bools give the default float.
+fn float_result(d: DType) -> DType {
+    if d.is_float() || d.is_complex() {
+        d
+    } else {
+        DType::F32
+    }
+}
+
+fn no_complex(d: DType, op: &str) -> Result<()> {
+    check!(!d.is_complex(), NotImplemented, "{}: complex tensors are not supported on tpu yet", op);
+    Ok(())
+}
+
+/// A unary float op: integer inputs give float32; 16-bit floats compute in float32.
+fn float_unary(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    no_complex(x.dtype, args.op)?;
+    let dt = float_result(x.dtype);
+    let v = cx.cast(x.v, acc_type(dt));
+    let r = f(cx, v);
+    one(cx.cast(r, dt))
+}
+
+/// A unary float op that PyTorch's CPU kernels do not provide for 16-bit floats.
+fn float_unary_no16(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        !matches!(x.dtype, DType::BF16 | DType::F16),
+        NotImplemented,
+        "\"{}\" not implemented for '{}'",
+        kernel,
+        x.dtype.torch_name()
+    );
+    float_unary(cx, args, f)
+}
+
+/// A binary op of floats with PyTorch's float promotion (integers give float32), computed in
+/// float32 for 16-bit floats.
+fn float_binary(cx: &mut Cx, args: &Args, a: &str, b: &str, f: impl FnOnce(&mut Cx, Value, Value) -> Value) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, a, b)?;
+    no_complex(dt, args.op)?;
+    let dt = float_result(dt);
+    let (u, v) = pair(cx, x, y, acc_type(dt))?;
+    let r = f(cx, u, v);
+    one(cx.cast(r, dt))
+}
+
+/// A binary op defined for floating dtypes only (no integer promotion to float).
+fn floats_only_binary(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mut Cx, Value, Value) -> Value) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    no_complex(dt, args.op)?;
+    check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    let (u, v) = pair(cx, x, y, acc_type(dt))?;
+    let r = f(cx, u, v);
+    one(cx.cast(r, dt))
+}
+
+/// The constant `x` with the dtype and dims of `like`.
+fn k(cx: &mut Cx, x: f64, like: Value) -> Value {
+    let (dt, dims) = (cx.dtype(like), cx.dims(like));
+    cx.full(x, dt, &dims)
+}
+
+fn is_nan(cx: &mut Cx, v: Value) -> Value {
+    cx.compare(CmpDir::Ne, v, v)
+}
+
+/// `a op b` against the constant `c`.
+fn cmp_k(cx: &mut Cx, dir: CmpDir, a: Value, c: f64) -> Value {
+    let cv = k(cx, c, a);
+    cx.compare(dir, a, cv)
+}
+
+/// Horner evaluation of coeffs[0] x^n + ... + coeffs[n] (Cephes polevl).
+fn polevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
+    let mut r = k(cx, coeffs[0], x);
+    for &c in &coeffs[1..] {
+        r = cx.mul(r, x);
+        let cv = k(cx, c, x);
+        r = cx.add(r, cv);
+    }
+    r
+}
+
+/// Clenshaw evaluation of a Chebyshev series (Cephes chbevl).
+fn chbevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
+    let mut b0 = k(cx, coeffs[0], x);
+    let mut b1 = k(cx, 0.0, x);
+    let mut b2 = b1;
+    for &c in &coeffs[1..] {
+        b2 = b1;
+        b1 = b0;
+        let t = cx.mul(x, b1);
+        let t = cx.sub(t, b2);
+        let cv = k(cx, c, x);
+        b0 = cx.add(t, cv);
+    }
+    let d = cx.sub(b0, b2);
+    let half = k(cx, 0.5, x);
+    cx.mul(half, d)
+}
+
+/// True where any element of a pred is true, as a 0-d pred (inside loop regions).
+fn any_true(b: &mut Builder, p: Value) -> Value {
+    let r = b.rank(p) as i64;
+    if r == 0 {
+        return p;
+    }
+    let init = b.constant_bool(false);
+    let dims: Vec<i64> = (0..r).collect();
+    b.reduce(&[p], &[init], &dims, |b, a| vec![b.or(a[0], a[1])])[0]
+}
+
+/// A constant of `x` shaped like `like` inside a region.
+fn bk(b: &mut Builder, x: f64, like: Value) -> Value {
+    let ty = b.ty(like).clone();
+    b.splat_f64(x, &ty)
+}
+
+// ---- polygamma, trigamma, zeta -------------------------------------------------------------------
+
+/// polygamma(n, self): digamma for n = 0, PyTorch's trigamma for n = 1, and
+/// (-1)^(n+1) n! zeta(n + 1, x) above.
+fn polygamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let n = args.int("n")?;
+    check!(n >= 0, Runtime, "polygamma(n, x) does not support negative n.");
+    float_unary(cx, args, |cx, x| match n {
+        0 => digamma(cx, x),
+        1 => trigamma(cx, x),
+        _ => {
+            // (-1)^(n+1) exp(lgamma(n + 1)) zeta(n + 1, x)
+            let n1 = k(cx, (n + 1) as f64, x);
+            let z = zeta_values(cx, n1, x);
+            let lg = cx.chlo("lgamma", &[n1]);
+            let f = cx.exp(lg);
+            let f = if n % 2 == 1 { f } else { cx.neg(f) };
+            cx.mul(f, z)
+        }
+    })
+}
+
+/// digamma as PyTorch defines it at zero: copysign(inf, -x) (chlo.digamma gives NaN there).
+fn digamma(cx: &mut Cx, x: Value) -> Value {
+    let d = cx.chlo("digamma", &[x]);
+    let inf = k(cx, f64::INFINITY, x);
+    let ninf = k(cx, f64::NEG_INFINITY, x);
+    let (ue, sign) = bits_of(cx.elem(x));
+    let bits = cx.bitcast_convert(x, ue);
+    let ty = TensorType::new(ue, &cx.dims(x));
+    let sm = cx.b.splat_i64(sign, &ty);
+    let sb = cx.and(bits, sm);
+    let z = cx.b.splat_i64(0, &ty);
+    let negative = cx.compare(CmpDir::Ne, sb, z);
+    let at0 = cx.select(negative, inf, ninf);
+    let is0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
+    cx.select(is0, at0, d)
+}
+
+/// PyTorch's trigamma: reflection below 1/2, six recurrence steps, then the asymptotic series.
+fn trigamma(cx: &mut Cx, x: Value) -> Value {
+    let pi = std::f64::consts::PI;
+    let reflect = cmp_k(cx, CmpDir::Lt, x, 0.5);
+    let one_ = k(cx, 1.0, x);
+    let pix = k(cx, pi, x);
+    let s = cx.mul(pix, x);
+    let s = cx.sin(s);
+    let s2 = cx.mul(s, s);
+    let pi2 = k(cx, pi * pi, x);
+    let refl = cx.div(pi2, s2);
+    let refl = cx.neg(refl);
+    let zero = k(cx, 0.0, x);
+    let mut result = cx.select(reflect, refl, zero);
+    let omx = cx.sub(one_, x);
+    let mut x = cx.select(reflect, omx, x);
+    for _ in 0..6 {
+        let xx = cx.mul(x, x);
+        let t = cx.div(one_, xx);
+        result = cx.add(result, t);
+        x = cx.add(x, one_);
+    }
+    let xx = cx.mul(x, x);
+    let ixx = cx.div(one_, xx);
+    // (1 + 1/(2x) + ixx (1/6 - ixx (1/30 - ixx / 42))) / x
+    let c42 = k(cx, 1.0 / 42.0, x);
+    let t = cx.mul(ixx, c42);
+    let c30 = k(cx, 1.0 / 30.0, x);
+    let t = cx.sub(c30, t);
+    let t = cx.mul(ixx, t);
+    let c6 = k(cx, 1.0 / 6.0, x);
+    let t = cx.sub(c6, t);
+    let t = cx.mul(ixx, t);
+    let two = k(cx, 2.0, x);
+    let x2 = cx.mul(two, x);
+    let h = cx.div(one_, x2);
+    let s = cx.add(one_, h);
+    let s = cx.add(s, t);
+    let s = cx.div(s, x);
+    result = cx.add(result, s);
+    let neg = cx.neg(result);
+    cx.select(reflect, neg, result)
+}
+
+/// special_zeta(self, other): the Hurwitz zeta function; no 16-bit floats, like PyTorch's CPU
+/// kernel.
+fn zeta(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    no_complex(dt, args.op)?;
+    let dt = float_result(dt);
+    check!(!matches!(dt, DType::BF16 | DType::F16), NotImplemented, "\"zeta_cpu\" not implemented for '{}'", dt.torch_name());
+    let (a, q) = pair(cx, x, y, dt)?;
+    one(zeta_values(cx, a, q))
+}
+
+/// `a^e` for an exponent that is an integer wherever `a` is negative (std::pow's rule).
+fn pow_signed(b: &mut Builder, a: Value, e: Value) -> Value {
+    let aa = b.abs(a);
+    let p = b.pow(aa, e);
+    let z = bk(b, 0.0, a);
+    let neg = b.compare(CmpDir::Lt, a, z);
+    // e odd: e - 2 floor(e / 2) == +-1.
+    let half = bk(b, 0.5, a);
+    let h = b.mul(e, half);
+    let f = b.floor(h);
+    let two = bk(b, 2.0, a);
+    let f2 = b.mul(f, two);
+    let r = b.sub(e, f2);
+    let o = bk(b, 1.0, a);
+    let odd = b.compare(CmpDir::Eq, r, o);
+    let flip = b.and(neg, odd);
+    let np = b.neg(p);
+    b.select(flip, np, p)
+}
+
+/// The Hurwitz zeta function zeta(x, q) = sum_k (q + k)^-x as PyTorch computes it (Cephes):
+/// direct summation until the terms are negligible or q + k > 9 (at least 9 terms), then
+/// Euler-Maclaurin with twelve Bernoulli terms.
+fn zeta_values(cx: &mut Cx, x: Value, q: Value) -> Value {
+    const A: [f64; 12] = [
+        12.0,
+        -720.0,
+        30240.0,
+        -1209600.0,
+        47900160.0,
+        -1.8924375803183791606e9,
+        7.47242496e10,
+        -2.950130727918164224e12,
+        1.1646782814350067249e14,
+        -4.5979787224074726105e15,
+        1.8152105401943546773e17,
+        -7.1661652561756670113e18,
+    ];
+    let machep = if cx.dtype(x) == DType::F64 { 1.11022302462515654042E-16 } else { 5.9604644775390625E-8 };
+    let nx = cx.neg(x);
+    let s0 = pow_signed(&mut cx.b, q, nx);
+    let zero = k(cx, 0.0, x);
+    let zero_i = cx.constant_i64(0, ElemType::I64);
+    let f = cx.compare(CmpDir::Ne, zero, zero);
+    let t = cx.not(f);
+    // State: (i, a, b, s, active, returned).
+    let r = cx.while_loop(
+        &[zero_i, q, zero, s0, t, f],
+        |b, v| {
+            let lim = b.constant_i64(100_000, ElemType::I64);
+            let more = b.compare(CmpDir::Lt, v[0], lim);
+            let any = any_true(b, v[4]);
+            b.and(more, any)
+        },
+        |b, v| {
+            let (i, a, bb, s, active, returned) = (v[0], v[1], v[2], v[3], v[4], v[5]);
+            let o = bk(b, 1.0, a);
+            let a1 = b.add(a, o);
+            let nx = b.neg(x);
+            let b1 = pow_signed(b, a1, nx);
+            let s1 = b.add(s, b1);
+            let m = bk(b, machep, a);
+            let ms = b.mul(m, s1);
+            let nms = b.neg(ms);
+            let lo = b.compare(CmpDir::Lt, nms, b1);
+            let hi = b.compare(CmpDir::Lt, b1, ms);
+            let conv = b.and(lo, hi);
+            let a = b.select(active, a1, a);
+            let bb = b.select(active, b1, bb);
+            let s = b.select(active, s1, s);
+            let now = b.and(active, conv);
+            let returned = b.or(returned, now);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let i1 = b.add(i, one_i);
+            // Keep going while (i < 9 || a <= 9) and not converged.
+            let nine_i = b.constant_i64(9, ElemType::I64);
+            let early = b.compare(CmpDir::Lt, i1, nine_i);
+            let early = b.broadcast_in_dim(early, &b.dims(a).to_vec(), &[]);
+            let nine = bk(b, 9.0, a);
+            let small = b.compare(CmpDir::Le, a, nine);
+            let cont = b.or(early, small);
+            let nc = b.not(conv);
+            let cont = b.and(cont, nc);
+            let active = b.and(active, cont);
+            vec![i1, a, bb, s, active, returned]
+        },
+    );
+    let (a, mut bv, mut s, mut returned) = (r[1], r[2], r[3], r[5]);
+    // Euler-Maclaurin tail.
+    let w = a;
+    let one_ = k(cx, 1.0, x);
+    let xm1 = cx.sub(x, one_);
+    let t = cx.mul(bv, w);
+    let t = cx.div(t, xm1);
+    let s1 = cx.add(s, t);
+    let half = k(cx, 0.5, x);
+    let hb = cx.mul(half, bv);
+    let s1 = cx.sub(s1, hb);
+    s = cx.select(returned, s, s1);
+    let mut av = one_;
+    let mut kv = 0.0;
+    for &ai in &A {
+        let xk = k(cx, kv, x);
+        let xk = cx.add(x, xk);
+        av = cx.mul(av, xk);
+        bv = cx.div(bv, w);
+        let t = cx.mul(av, bv);
+        let ac = k(cx, ai, x);
+        let t = cx.div(t, ac);
+        let s1 = cx.add(s, t);
+        let ratio = cx.div(t, s1);
+        let ratio = cx.abs(ratio);
+        let conv = cmp_k(cx, CmpDir::Lt, ratio, machep);
+        s = cx.select(returned, s, s1);
+        returned = cx.or(returned, conv);
+        kv += 1.0;
+        let xk = k(cx, kv, x);
+        let xk = cx.add(x, xk);
+        av = cx.mul(av, xk);
+        bv = cx.div(bv, w);
+        kv += 1.0;
+    }
+    // Special values, checked first in PyTorch: x == 1 -> inf, x < 1 -> NaN, q <= 0 at an
+    // integer -> inf, q <= 0 with a non-integer x -> NaN.
+    let inf = k(cx, f64::INFINITY, x);
+    let nan = k(cx, f64::NAN, x);
+    let qf = cx.floor(q);
+    let q_int = cx.compare(CmpDir::Eq, q, qf);
+    let xf = cx.floor(x);
+    let x_frac = cx.compare(CmpDir::Ne, x, xf);
+    let q_le0 = cmp_k(cx, CmpDir::Le, q, 0.0);
+    let r = cx.select(x_frac, nan, s);
+    let r = cx.select(q_int, inf, r);
+    let r = cx.select(q_le0, r, s);
+    let x_lt1 = cmp_k(cx, CmpDir::Lt, x, 1.0);
+    let r = cx.select(x_lt1, nan, r);
+    let x_eq1 = cmp_k(cx, CmpDir::Eq, x, 1.0);
+    cx.select(x_eq1, inf, r)
+}
+
+// ---- logit, xlogy, entr ------------------------------------------------------------------------------
+
+/// The `eps` of logit: a runtime value; None behaves like a negative eps (no clamping).
+fn logit_eps(cx: &mut Cx, args: &Args, dt: DType, dims: &[i64]) -> Result<Value> {
+    let s = match args.get("eps") {
+        None | Some(Arg::None) => Scalar::Int(-1),
+        _ => args.scalar("eps")?,
+    };
+    Ok(cx.scalar_like(s, dt, dims))
+}
+
+/// logit(self, eps): log(z / (1 - z)) with z = clamp(x, eps, 1 - eps) when eps >= 0.
+fn logit(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    no_complex(x.dtype, "logit")?;
+    let dt = float_result(x.dtype);
+    // PyTorch's vectorized kernel rounds each step in 16-bit floats: compute in `dt`.
+    let v = cx.cast(x.v, dt);
+    let dims = cx.dims(v);
+    let eps = logit_eps(cx, args, dt, &dims)?;
+    let one_ = k(cx, 1.0, v);
+    let hi = cx.sub(one_, eps);
+    let c = cx.max(v, eps);
+    let c = cx.min(c, hi);
+    // NaN stays NaN through the clamp, as std::min/max in PyTorch's kernel.
+    let nan = is_nan(cx, v);
+    let c = cx.select(nan, v, c);
+    let zero = k(cx, 0.0, v);
+    let no_clamp = cx.compare(CmpDir::Lt, eps, zero);
+    let z = cx.select(no_clamp, v, c);
+    let d = cx.sub(one_, z);
+    let q = cx.div(z, d);
+    let r = cx.log(q);
+    one(cx.cast(r, dt))
+}
+
+/// logit_backward(grad_output, self, eps): grad / (x (1 - x)); outside [eps, 1 - eps] zero
+/// (eps >= 0) or NaN outside [0, 1] (no eps), and grad * inf at 0 and 1 without eps.
+fn logit_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let g = args.tensor("grad_output")?;
+    let x = args.tensor("self")?;
+    let dt = result_type(&[(g.dtype, g.rank), (x.dtype, x.rank)]).unwrap();
+    check!(dt.is_float(), NotImplemented, "\"logit_backward_cpu\" not implemented for '{}'", dt.torch_name());
+    let acc = acc_type(dt);
+    let gv = cx.cast(g.v, acc);
+    let xv = cx.cast(x.v, acc);
+    let vs = cx.broadcast_all(&[gv, xv])?;
+    let (gv, xv) = (vs[0], vs[1]);
+    let dims = cx.dims(xv);
+    let eps = logit_eps(cx, args, acc, &dims)?;
+    let one_ = k(cx, 1.0, xv);
+    let zero = k(cx, 0.0, xv);
+    let omx = cx.sub(one_, xv);
+    let den = cx.mul(xv, omx);
+    let plain = cx.div(gv, den);
+    // With eps: zero outside [eps, 1 - eps].
+    let hi = cx.sub(one_, eps);
+    let below = cx.compare(CmpDir::Lt, xv, eps);
+    let above = cx.compare(CmpDir::Gt, xv, hi);
+    let outside = cx.or(below, above);
+    let clamped = cx.select(outside, zero, plain);
+    // Without: NaN outside [0, 1], grad * inf at the ends.
+    let nanv = k(cx, f64::NAN, xv);
+    let inf = k(cx, f64::INFINITY, xv);
+    let ginf = cx.mul(gv, inf);
+    let at0 = cx.compare(CmpDir::Eq, xv, zero);
+    let at1 = cx.compare(CmpDir::Eq, xv, one_);
+    let ends = cx.or(at0, at1);
+    let free = cx.select(ends, ginf, plain);
+    let lo0 = cx.compare(CmpDir::Lt, xv, zero);
+    let hi1 = cx.compare(CmpDir::Gt, xv, one_);
+    let out01 = cx.or(lo0, hi1);
+    let free = cx.select(out01, nanv, free);
+    let no_eps = cx.compare(CmpDir::Lt, eps, zero);
+    let r = cx.select(no_eps, free, clamped);
+    one(cx.cast(r, dt))
+}
+
+/// xlogy(self, other) = x * log(y) (0 where x == 0, NaN where y is NaN); with `log1p`,
+/// special_xlog1py = x * log1p(y). Either side may be a Python number.
+fn xlog(cx: &mut Cx, args: &Args, log1p: bool) -> Result<Vec<Out>> {
+    float_binary(cx, args, "self", "other", |cx, x, y| {
+        let l = if log1p { cx.log1p(y) } else { cx.log(y) };
+        let p = cx.mul(x, l);
+        let zero = k(cx, 0.0, x);
+        let x0 = cx.compare(CmpDir::Eq, x, zero);
+        let r = cx.select(x0, zero, p);
+        let yn = is_nan(cx, y);
+        let nan = k(cx, f64::NAN, x);
+        cx.select(yn, nan, r)
+    })
+}
+
+/// special_entr: -x log x for x > 0, 0 at 0, -inf below, NaN for NaN.
+fn entr(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    float_unary(cx, args, |cx, x| {
+        let l = cx.log(x);
+        let p = cx.mul(x, l);
+        let p = cx.neg(p);
+        let zero = k(cx, 0.0, x);
+        let ninf = k(cx, f64::NEG_INFINITY, x);
+        let pos = cx.compare(CmpDir::Gt, x, zero);
+        let is0 = cx.compare(CmpDir::Eq, x, zero);
+        let r = cx.select(is0, zero, ninf);
+        let r = cx.select(pos, p, r);
+        let nan = is_nan(cx, x);
+        cx.select(nan, x, r)
+    })
+}
+
+// ---- normal distribution functions ------------------------------------------------------------------
+
+/// special_ndtri: the inverse of the standard normal CDF (Cephes ndtri).
+fn ndtri_values(cx: &mut Cx, y0: Value) -> Value {
+    const P0: [f64; 5] = [-5.99633501014107895267E1, 9.80010754185999661536E1, -5.66762857469070293439E1, 1.39312609387279679503E1, -1.23916583867381258016E0];
+    const Q0: [f64; 9] = [
+        1.00000000000000000000E0, 1.95448858338141759834E0, 4.67627912898881538453E0, 8.63602421390890590575E1, -2.25462687854119370527E2,
+        2.00260212380060660359E2, -8.20372256168333339912E1, 1.59056225126211695515E1, -1.18331621121330003142E0,
+    ];
+    const P1: [f64; 9] = [
+        4.05544892305962419923E0, 3.15251094599893866154E1, 5.71628192246421288162E1, 4.40805073893200834700E1, 1.46849561928858024014E1,
+        2.18663306850790267539E0, -1.40256079171354495875E-1, -3.50424626827848203418E-2, -8.57456785154685413611E-4,
+    ];
+    const Q1: [f64; 9] = [
+        1.00000000000000000000E0, 1.57799883256466749731E1, 4.53907635128879210584E1, 4.13172038254672030440E1, 1.50425385692907503408E1,
+        2.50464946208309415979E0, -1.42182922854787788574E-1, -3.80806407691578277194E-2, -9.33259480895457427372E-4,
+    ];
+    const P2: [f64; 9] = [
+        3.23774891776946035970E0, 6.91522889068984211695E0, 3.93881025292474443415E0, 1.33303460815807542389E0, 2.01485389549179081538E-1,
+        1.23716634817820021358E-2, 3.01581553508235416007E-4, 2.65806974686737550832E-6, 6.23974539184983293730E-9,
+    ];
+    const Q2: [f64; 9] = [
+        1.00000000000000000000E0, 6.02427039364742014255E0, 3.67983563856160859403E0, 1.37702099489081330271E0, 2.16236993594496635890E-1,
+        1.34204006088543189037E-2, 3.28014464682127739104E-4, 2.89247864745380683936E-6, 6.79019408009981274425E-9,
+    ];
+    let exp_m2 = 0.13533528323661269189;
+    let one_ = k(cx, 1.0, y0);
+    // Upper tail: work with 1 - y and negate at the end.
+    let upper = cmp_k(cx, CmpDir::Gt, y0, 1.0 - exp_m2);
+    let omy = cx.sub(one_, y0);
+    let y = cx.select(upper, omy, y0);
+    // Central region |y - 0.5| <= 3/8.
+    let central = cmp_k(cx, CmpDir::Gt, y, exp_m2);
+    let half = k(cx, 0.5, y);
+    let yc = cx.sub(y, half);
+    let y2 = cx.mul(yc, yc);
+    let p = polevl(cx, y2, &P0);
+    let q = polevl(cx, y2, &Q0);
+    let t = cx.mul(y2, p);
+    let t = cx.div(t, q);
+    let t = cx.mul(yc, t);
+    let xc = cx.add(yc, t);
+    let s2pi = k(cx, 2.50662827463100050242E0, y);
+    let xc = cx.mul(xc, s2pi);
+    // Tails.
+    let l = cx.log(y);
+    let m2 = k(cx, -2.0, y);
+    let x = cx.mul(m2, l);
+    let x = cx.sqrt(x);
+    let lx = cx.log(x);
+    let lxx = cx.div(lx, x);
+    let x0 = cx.sub(x, lxx);
+    let z = cx.div(one_, x);
+    let p1 = polevl(cx, z, &P1);
+    let q1 = polevl(cx, z, &Q1);
+    let p2 = polevl(cx, z, &P2);
+    let q2 = polevl(cx, z, &Q2);
+    let near = cmp_k(cx, CmpDir::Lt, x, 8.0);
+    let pn = cx.select(near, p1, p2);
+    let qn = cx.select(near, q1, q2);
+    let x1 = cx.mul(z, pn);
+    let x1 = cx.div(x1, qn);
+    let xt = cx.sub(x0, x1);
+    let xt_neg = cx.neg(xt);
+    let xt = cx.select(upper, xt, xt_neg);
+    let r = cx.select(central, xc, xt);
+    // Boundaries: -inf at 0, inf at 1, NaN outside [0, 1] (and for NaN).
+    let at0 = cmp_k(cx, CmpDir::Eq, y0, 0.0);
+    let at1 = cmp_k(cx, CmpDir::Eq, y0, 1.0);
+    let ninf = k(cx, f64::NEG_INFINITY, y0);
+    let inf = k(cx, f64::INFINITY, y0);
+    let nan = k(cx, f64::NAN, y0);
+    let ge0 = cmp_k(cx, CmpDir::Ge, y0, 0.0);
+    let le1 = cmp_k(cx, CmpDir::Le, y0, 1.0);
+    let inside = cx.and(ge0, le1);
+    let r = cx.select(inside, r, nan);
+    let r = cx.select(at1, inf, r);
+    cx.select(at0, ninf, r)
+}
+
+/// The scaled complementary error function exp(x^2) erfc(x). For 0 <= x < 2 the product with
+/// x^2 split so that exp sees it exactly; above, the continued fraction (the 5-term form of
+/// PyTorch beyond 50); below zero 2 exp(x^2) - erfcx(-x).
+fn erfcx_values(cx: &mut Cx, x: Value) -> Value {
+    let dt = cx.dtype(x);
+    let ax = cx.abs(x);
+    // Split |x| = hi + lo with hi holding the top half of the mantissa bits.
+    let (bits_elem, mask) = if dt == DType::F64 { (ElemType::U64, !0x3ff_ffffi64) } else { (ElemType::U32, !0xfffi64) };
+    let bits = cx.bitcast_convert(ax, bits_elem);
+    let ty = TensorType::new(bits_elem, &cx.dims(x));
+    let m = cx.b.splat_i64(mask, &ty);
+    let hb = cx.and(bits, m);
+    let hi = cx.bitcast_convert(hb, dt.elem());
+    let lo = cx.sub(ax, hi);
+    let hh = cx.mul(hi, hi);
+    let e1 = cx.exp(hh);
+    let two = k(cx, 2.0, x);
+    let t = cx.mul(two, hi);
+    let t = cx.mul(t, lo);
+    let ll = cx.mul(lo, lo);
+    let t = cx.add(t, ll);
+    let e2 = cx.exp(t);
+    let ex2 = cx.mul(e1, e2);
+    let erfc = cx.chlo("erfc", &[ax]);
+    let small = cx.mul(ex2, erfc);
+    // Continued fraction 1/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))).
+    let ispi = 0.56418958354775628694807945156;
+    let mut t = ax;
+    for i in (1..=20).rev() {
+        let c = k(cx, i as f64 / 2.0, x);
+        let q = cx.div(c, t);
+        t = cx.add(ax, q);
+    }
+    let ispi_v = k(cx, ispi, x);
+    let cf = cx.div(ispi_v, t);
+    // Beyond 50: ispi (x^2 (x^2 + 4.5) + 2) / (x (x^2 (x^2 + 5) + 3.75)).
+    let x2 = cx.mul(ax, ax);
+    let c45 = k(cx, 4.5, x);
+    let n = cx.add(x2, c45);
+    let n = cx.mul(x2, n);
+    let n = cx.add(n, two);
+    let n = cx.mul(ispi_v, n);
+    let c5 = k(cx, 5.0, x);
+    let d = cx.add(x2, c5);
+    let d = cx.mul(x2, d);
+    let c375 = k(cx, 3.75, x);
+    let d = cx.add(d, c375);
+    let d = cx.mul(ax, d);
+    let far = cx.div(n, d);
+    let huge = cmp_k(cx, CmpDir::Gt, ax, 5e7);
+    let one_term = cx.div(ispi_v, ax);
+    let far = cx.select(huge, one_term, far);
+    let is_small = cmp_k(cx, CmpDir::Lt, ax, 2.0);
+    let is_far = cmp_k(cx, CmpDir::Gt, ax, 50.0);
+    let pos = cx.select(is_small, small, cf);
+    let pos = cx.select(is_far, far, pos);
+    // x < 0: 2 exp(x^2) - erfcx(-x), computed like PyTorch (x*x rounded, then exp).
+    let xx = cx.mul(x, x);
+    let ex = cx.exp(xx);
+    let ex = cx.mul(two, ex);
+    let below = cmp_k(cx, CmpDir::Lt, x, -6.1);
+    let negv = cx.sub(ex, pos);
+    let negv = cx.select(below, ex, negv);
+    let very = cmp_k(cx, CmpDir::Lt, x, -26.7);
+    let inf = k(cx, f64::INFINITY, x);
+    let negv = cx.select(very, inf, negv);
+    let is_neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
+    let r = cx.select(is_neg, negv, pos);
+    let nan = is_nan(cx, x);
+    cx.select(nan, x, r)
+}
+
+/// log of the standard normal CDF: log(erfcx(-t) / 2) - t^2 below -1, else
+/// log1p(-erfc(t) / 2), with t = x / sqrt(2).
+fn log_ndtr_values(cx: &mut Cx, x: Value) -> Value {
+    let s = k(cx, std::f64::consts::FRAC_1_SQRT_2, x);
+    let t = cx.mul(x, s);
+    let nt = cx.neg(t);
+    let e = erfcx_values(cx, nt);
+    let half = k(cx, 0.5, x);
+    let e = cx.mul(e, half);
+    let l = cx.log(e);
+    let tt = cx.mul(t, t);
+    let low = cx.sub(l, tt);
+    let c = cx.chlo("erfc", &[t]);
+    let c = cx.mul(c, half);
+    let c = cx.neg(c);
+    let high = cx.log1p(c);
+    let below = cmp_k(cx, CmpDir::Lt, x, -1.0);
+    cx.select(below, low, high)
+}
+
+// ---- Bessel functions ---------------------------------------------------------------------------------
+
+const I0E_A: [f64; 30] = [
+    -4.41534164647933937950E-18, 3.33079451882223809783E-17, -2.43127984654795469359E-16, 1.71539128555513303061E-15,
+    -1.16853328779934516808E-14, 7.67618549860493561688E-14, -4.85644678311192946090E-13, 2.95505266312963983461E-12,
+    -1.72682629144155570723E-11, 9.67580903537323691224E-11, -5.18979560163526290666E-10, 2.65982372468238665035E-9,
+    -1.30002500998624804212E-8, 6.04699502254191894932E-8, -2.67079385394061173391E-7, 1.11738753912010371815E-6,
+    -4.41673835845875056359E-6, 1.64484480707288970893E-5, -5.75419501008210370398E-5, 1.88502885095841655729E-4,
+    -5.76375574538582365885E-4, 1.63947561694133579842E-3, -4.32430999505057594430E-3, 1.05464603945949983183E-2,
+    -2.37374148058994688156E-2, 4.93052842396707084878E-2, -9.49010970480476444210E-2, 1.71620901522208775349E-1,
+    -3.04682672343198398683E-1, 6.76795274409476084995E-1,
+];
+
+const I0E_B: [f64; 25] = [
+    -7.23318048787475395456E-18, -4.83050448594418207126E-18, 4.46562142029675999901E-17, 3.46122286769746109310E-17,
+    -2.82762398051658348494E-16, -3.42548561967721913462E-16, 1.77256013305652638360E-15, 3.81168066935262242075E-15,
+    -9.55484669882830764870E-15, -4.15056934728722208663E-14, 1.54008621752140982691E-14, 3.85277838274214270114E-13,
+    7.18012445138366623367E-13, -1.79417853150680611778E-12, -1.32158118404477131188E-11, -3.14991652796324136454E-11,
+    1.18891471078464383424E-11, 4.94060238822496958910E-10, 3.39623202570838634515E-9, 2.26666899049817806459E-8,
+    2.04891858946906374183E-7, 2.89137052083475648297E-6, 6.88975834691682398426E-5, 3.36911647825569408990E-3,
+    8.04490411014108831608E-1,
+];
+
+const I1E_A: [f64; 29] = [
+    2.77791411276104639959E-18, -2.11142121435816608115E-17, 1.55363195773620046921E-16, -1.10559694773538630805E-15,
+    7.60068429473540693410E-15, -5.04218550472791168711E-14, 3.22379336594557470981E-13, -1.98397439776494371520E-12,
+    1.17361862988909016308E-11, -6.66348972350202774223E-11, 3.62559028155211703701E-10, -1.88724975172282928790E-9,
+    9.38153738649577178388E-9, -4.44505912879632808065E-8, 2.00329475355213526229E-7, -8.56872026469545474066E-7,
+    3.47025130813767847674E-6, -1.32731636560394358279E-5, 4.78156510755005422638E-5, -1.61760815825896745588E-4,
+    5.12285956168575772895E-4, -1.51357245063125314899E-3, 4.15642294431288815669E-3, -1.05640848946261981558E-2,
+    2.47264490306265168283E-2, -5.29459812080949914269E-2, 1.02643658689847095384E-1, -1.76416518357834055153E-1,
+    2.52587186443633654823E-1,
+];
+
+const I1E_B: [f64; 25] = [
+    7.51729631084210481353E-18, 4.41434832307170791151E-18, -4.65030536848935832153E-17, -3.20952592199342395980E-17,
+    2.96262899764595013876E-16, 3.30820231092092828324E-16, -1.88035477551078244854E-15, -3.81440307243700780478E-15,
+    1.04202769841288027642E-14, 4.27244001671195135429E-14, -2.10154184277266431302E-14, -4.08355111109219731823E-13,
+    -7.19855177624590851209E-13, 2.03562854414708950722E-12, 1.41258074366137813316E-11, 3.25260358301548823856E-11,
+    -1.89749581235054123450E-11, -5.58974346219658380687E-10, -3.83538038596423702205E-9, -2.63146884688951950684E-8,
+    -2.51223623787020892529E-7, -3.88256480887769039346E-6, -1.10588938762623716291E-4, -9.76109749136146840777E-3,
+    7.78576235018280120474E-1,
+];
+
+/// The two Chebyshev pieces of a Cephes Bessel function: on [0, 8] in y = x/2 - 2 and above
+/// in 32/x - 2 (divided by sqrt(x)); `x` is |x|.
+fn bessel_pieces(cx: &mut Cx, ax: Value, a: &[f64], b: &[f64]) -> (Value, Value, Value) {
+    let half = k(cx, 0.5, ax);
+    let two = k(cx, 2.0, ax);
+    let y = cx.mul(ax, half);
+    let y = cx.sub(y, two);
+    let near = chbevl(cx, y, a);
+    let c32 = k(cx, 32.0, ax);
+    let z = cx.div(c32, ax);
+    let z = cx.sub(z, two);
+    let far = chbevl(cx, z, b);
+    let sq = cx.sqrt(ax);
+    let far = cx.div(far, sq);
+    let is_near = cmp_k(cx, CmpDir::Le, ax, 8.0);
+    (is_near, near, far)
+}
+
+/// i0 (or i0e with `scaled`): even, exp(|x|) times the Chebyshev pieces.
+fn bessel_i0(cx: &mut Cx, x: Value, scaled: bool) -> Value {
+    let ax = cx.abs(x);
+    let (is_near, near, far) = bessel_pieces(cx, ax, &I0E_A, &I0E_B);
+    let r = cx.select(is_near, near, far);
+    if scaled {
+        return r;
+    }
+    let e = cx.exp(ax);
+    cx.mul(e, r)
+}
+
+/// i1 (or i1e): odd, x times the near piece below 8. PyTorch's float kernels use shortened
+/// tables (the last 17 and 7 coefficients).
+fn bessel_i1(cx: &mut Cx, x: Value, scaled: bool) -> Value {
+    let double = cx.dtype(x) == DType::F64;
+    let (a, b): (&[f64], &[f64]) = if double { (&I1E_A, &I1E_B) } else { (&I1E_A[12..], &I1E_B[18..]) };
+    let ax = cx.abs(x);
+    let (is_near, near, far) = bessel_pieces(cx, ax, a, b);
+    let near = cx.mul(near, ax);
+    let r = cx.select(is_near, near, far);
+    let r = if scaled {
+        r
+    } else {
+        let e = cx.exp(ax);
+        cx.mul(e, r)
+    };
+    let neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
+    let nr = cx.neg(r);
+    cx.select(neg, nr, r)
+}
+
+// ---- sinc, logaddexp, hypot, copysign, nextafter -----------------------------------------------------
+
+/// sinc(x) = sin(pi x) / (pi x), 1 at 0.
+fn sinc_values(cx: &mut Cx, x: Value) -> Value {
+    let pi = k(cx, std::f64::consts::PI, x);
+    let p = cx.mul(pi, x);
+    let s = cx.sin(p);
+    let r = cx.div(s, p);
+    let is0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
+    let one_ = k(cx, 1.0, x);
+    cx.select(is0, one_, r)
+}
+
+/// logaddexp(a, b) = m + log1p(exp(-|a - b|)) with m = max(a, b); equal infinities give
+/// themselves. With `base2`, logaddexp2 in powers of two.
+fn logaddexp(cx: &mut Cx, args: &Args, base2: bool) -> Result<Vec<Out>> {
+    let kernel = if base2 { "logaddexp2_cpu" } else { "logaddexp_cpu" };
+    floats_only_binary(cx, args, kernel, |cx, a, b| {
+        let m = cx.max(a, b);
+        let d = cx.sub(a, b);
+        let d = cx.abs(d);
+        let d = cx.neg(d);
+        let r = if base2 {
+            let e = cx.exp2(d);
+            let l = cx.log1p(e);
+            let inv_ln2 = k(cx, 1.0 / std::f64::consts::LN_2, a);
+            let l = cx.mul(l, inv_ln2);
+            cx.add(m, l)
+        } else {
+            let e = cx.exp(d);
+            let l = cx.log1p(e);
+            cx.add(m, l)
+        };
+        let inf = k(cx, f64::INFINITY, a);
+        let aa = cx.abs(a);
+        let a_inf = cx.compare(CmpDir::Eq, aa, inf);
+        let same = cx.compare(CmpDir::Eq, a, b);
+        let both = cx.and(a_inf, same);
+        let r = cx.select(both, a, r);
+        // NaN in either operand propagates (max may drop it).
+        let an = is_nan(cx, a);
+        let r = cx.select(an, a, r);
+        let bn = is_nan(cx, b);
+        cx.select(bn, b, r)
+    })
+}
+
+/// hypot(a, b) = sqrt(a^2 + b^2) without overflow: M sqrt(1 + (m/M)^2); inf wins over NaN.
+fn hypot(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    floats_only_binary(cx, args, "hypot_cpu", |cx, a, b| {
+        let aa = cx.abs(a);
+        let ab = cx.abs(b);
+        let big = cx.max(aa, ab);
+        let small = cx.min(aa, ab);
+        let q = cx.div(small, big);
+        let q2 = cx.mul(q, q);
+        let one_ = k(cx, 1.0, a);
+        let s = cx.add(one_, q2);
+        let s = cx.sqrt(s);
+        let r = cx.mul(big, s);
+        let zero = k(cx, 0.0, a);
+        let big0 = cx.compare(CmpDir::Eq, big, zero);
+        let r = cx.select(big0, zero, r);
+        let nan = k(cx, f64::NAN, a);
+        let an = is_nan(cx, a);
+        let bn = is_nan(cx, b);
+        let any_nan = cx.or(an, bn);
+        let r = cx.select(any_nan, nan, r);
+        let inf = k(cx, f64::INFINITY, a);
+        let ai = cx.compare(CmpDir::Eq, aa, inf);
+        let bi = cx.compare(CmpDir::Eq, ab, inf);
+        let any_inf = cx.or(ai, bi);
+        cx.select(any_inf, inf, r)
+    })
+}
+
+/// The unsigned integer type with the bit width of a float type.
+fn bits_of(e: ElemType) -> (ElemType, i64) {
+    match e {
+        ElemType::F64 => (ElemType::U64, i64::MIN),
+        ElemType::F32 => (ElemType::U32, 1 << 31),
+        _ => (ElemType::U16, 1 << 15),
+    }
+}
+
+/// copysign(self, other): |self| with the sign bit of other (float promotion; `other` may be
+/// a Python number).
+fn copysign(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    no_complex(dt, "copysign")?;
+    let dt = float_result(dt);
+    let (a, b) = pair(cx, x, y, dt)?;
+    let (ue, sign) = bits_of(dt.elem());
+    let ab = cx.bitcast_convert(a, ue);
+    let bb = cx.bitcast_convert(b, ue);
+    let ty = TensorType::new(ue, &cx.dims(a));
+    let sm = cx.b.splat_i64(sign, &ty);
+    let mag = cx.not(sm);
+    let m = cx.and(ab, mag);
+    let s = cx.and(bb, sm);
+    let r = cx.or(m, s);
+    one(cx.bitcast_convert(r, dt.elem()))
+}
+
+/// nextafter(self, other): the next representable value (chlo.next_after).
+fn nextafter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    no_complex(dt, "nextafter")?;
+    check!(dt.is_float(), NotImplemented, "\"nextafter_cpu\" not implemented for '{}'", dt.torch_name());
+    let (a, b) = pair(cx, x, y, dt)?;
+    one(cx.chlo("next_after", &[a, b]))
+}
+
+/// fmax/fmin: NaN-ignoring maximum/minimum (NaN only where both are NaN).
+fn fmax_fmin(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    check!(!dt.is_complex(), Runtime, "{} not implemented for complex tensors.", if is_max { "fmax" } else { "fmin" });
+    let (a, b) = pair(cx, x, y, dt)?;
+    let m = if dt == DType::Bool {
+        if is_max { cx.or(a, b) } else { cx.and(a, b) }
+    } else if is_max {
+        cx.max(a, b)
+    } else {
+        cx.min(a, b)
+    };
+    if !dt.is_float() {
+        return one(m);
+    }
+    let an = is_nan(cx, a);
+    let bn = is_nan(cx, b);
+    let m = cx.select(an, b, m);
+    one(cx.select(bn, a, m))
+}
+
+/// heaviside(self, values): values where self == 0, else (self > 0); same dtypes only.
+fn heaviside(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let v = args.tensor("values")?;
+    check!(!x.dtype.is_complex() && !v.dtype.is_complex(), Runtime, "heaviside is not yet implemented for complex tensors.");
+    check!(x.dtype == v.dtype, Runtime, "heaviside is not yet implemented for tensors with different dtypes.");
+    let vs = cx.broadcast_all(&[x.v, v.v])?;
+    let (a, b) = (vs[0], vs[1]);
+    let zero = k(cx, 0.0, a);
+    let is0 = cx.compare(CmpDir::Eq, a, zero);
+    let pos = cx.compare(CmpDir::Gt, a, zero);
+    let pos = cx.cast(pos, x.dtype);
+    one(cx.select(is0, b, pos))
+}
+
+// ---- frexp, ldexp-free bit tricks, signbit, nan_to_num, angle ---------------------------------------
+
+/// frexp(self) -> (mantissa, exponent): x = mantissa * 2^exponent with |mantissa| in
+/// [0.5, 1); zero, infinities and NaN give themselves and exponent 0. Exponents are int32.
+fn frexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        x.dtype.is_float(),
+        Runtime,
+        "torch.frexp() only supports floating-point dtypes"
+    );
+    let dims = cx.dims(x.v);
+    let double = x.dtype == DType::F64;
+    let (fe, ue, mant_bits, bias) = if double { (DType::F64, ElemType::U64, 52i64, 1023i64) } else { (DType::F32, ElemType::U32, 23, 127) };
+    let v = cx.cast(x.v, fe);
+    // Subnormals: scale into the normal range first.
+    let min_normal = if double { f64::MIN_POSITIVE } else { f32::MIN_POSITIVE as f64 };
+    let scale_bits = if double { 54 } else { 25 };
+    let av = cx.abs(v);
+    let sub = cmp_k(cx, CmpDir::Lt, av, min_normal);
+    let sc = k(cx, 2f64.powi(scale_bits), v);
+    let scaled = cx.mul(v, sc);
+    let w = cx.select(sub, scaled, v);
+    let off_v = cx.full(scale_bits as f64, DType::I32, &dims);
+    let zero_i = cx.full(0.0, DType::I32, &dims);
+    let off = cx.select(sub, off_v, zero_i);
+    let bits = cx.bitcast_convert(w, ue);
+    let uty = TensorType::new(ue, &dims);
+    let sh = cx.b.splat_i64(mant_bits, &uty);
+    let e = cx.shift_right_logical(bits, sh);
+    let emask = cx.b.splat_i64(if double { 0x7ff } else { 0xff }, &uty);
+    let e = cx.and(e, emask);
+    let e = cx.convert(e, ElemType::I32);
+    let b1 = cx.full((bias - 1) as f64, DType::I32, &dims);
+    let e = cx.sub(e, b1);
+    let e = cx.sub(e, off);
+    // Mantissa: keep sign and fraction, set the exponent field to bias - 1.
+    let keep = if double { !(0x7ffi64 << 52) } else { !(0xffi64 << 23) & 0xffff_ffff };
+    let km = cx.b.splat_i64(keep, &uty);
+    let mb = cx.and(bits, km);
+    let eb = cx.b.splat_i64((bias - 1) << mant_bits, &uty);
+    let mb = cx.or(mb, eb);
+    let m = cx.bitcast_convert(mb, fe.elem());
+    let zero = k(cx, 0.0, v);
+    let is0 = cx.compare(CmpDir::Eq, v, zero);
+    let fin = cx.is_finite(v);
+    let nz = cx.not(is0);
+    let regular = cx.and(fin, nz);
+    let m = cx.select(regular, m, v);
+    let e = cx.select(regular, e, zero_i);
+    let m = cx.cast(m, x.dtype);
+    Ok(vec![Out::Tensor(m), Out::Tensor(e)])
+}
+
+/// signbit: the sign bit of floats (-0.0 and -NaN included), x < 0 for integers.
+fn signbit(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    no_complex(x.dtype, "signbit")?;
+    let dims = cx.dims(x.v);
+    if x.dtype.is_float() {
+        let signed = match x.dtype.size() {
+            8 => ElemType::I64,
+            4 => ElemType::I32,
+            2 => ElemType::I16,
+            _ => ElemType::I8,
+        };
+        let bits = cx.bitcast_convert(x.v, signed);
+        let z = cx.b.splat_i64(0, &TensorType::new(signed, &dims));
+        return one(cx.compare(CmpDir::Lt, bits, z));
+    }
+    if x.dtype.is_unsigned() {
+        return one(cx.full(0.0, DType::Bool, &dims));
+    }
+    let z = cx.full(0.0, x.dtype, &dims);
+    one(cx.compare(CmpDir::Lt, x.v, z))
+}
+
+/// nan_to_num(self, nan=0, posinf=max, neginf=lowest): floats only; other dtypes copy.
+fn nan_to_num(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    no_complex(x.dtype, "nan_to_num")?;
+    if !x.dtype.is_float() {
+        return one(x.v);
+    }
+    let dims = cx.dims(x.v);
+    let (max, lowest) = match x.dtype {
+        DType::F64 => (f64::MAX, f64::MIN),
+        DType::F32 => (f32::MAX as f64, f32::MIN as f64),
+        DType::F16 => (65504.0, -65504.0),
+        DType::BF16 => (3.3895313892515355e38, -3.3895313892515355e38),
+        d => bail!(NotImplemented, "nan_to_num: {} is not supported on tpu", d.torch_name()),
+    };
+    let arg = |cx: &mut Cx, name: &str, default: f64| -> Result<Value> {
+        Ok(match args.get(name) {
+            None | Some(Arg::None) => cx.full(default, x.dtype, &dims),
+            _ => {
+                let s = args.scalar(name)?;
+                cx.scalar_like(s, x.dtype, &dims)
+            }
+        })
+    };
+    let nan_v = arg(cx, "nan", 0.0)?;
+    let pos_v = arg(cx, "posinf", max)?;
+    let neg_v = arg(cx, "neginf", lowest)?;
+    let inf = cx.full(f64::INFINITY, x.dtype, &dims);
+    let ninf = cx.full(f64::NEG_INFINITY, x.dtype, &dims);
+    let is_pos = cx.compare(CmpDir::Eq, x.v, inf);
+    let is_neg = cx.compare(CmpDir::Eq, x.v, ninf);
+    let nan = is_nan(cx, x.v);
+    let r = cx.select(nan, nan_v, x.v);
+    let r = cx.select(is_pos, pos_v, r);
+    one(cx.select(is_neg, neg_v, r))
+}
+
+/// angle of real numbers: pi below zero, 0 otherwise, NaN stays NaN; integers give float32.
+fn angle(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    no_complex(x.dtype, "angle")?;
+    let dt = float_result(x.dtype);
+    let v = cx.cast(x.v, dt);
+    let zero = k(cx, 0.0, v);
+    let pi = k(cx, std::f64::consts::PI, v);
+    let neg = cx.compare(CmpDir::Lt, v, zero);
+    let r = cx.select(neg, pi, zero);
+    let nan = is_nan(cx, v);
+    one(cx.select(nan, v, r))
+}
+
+// ---- integer ops: gcd, lcm, shifts ---------------------------------------------------------------------
+
+/// gcd/lcm of integers (Euclid's algorithm, iterated while any pair is unfinished).
+fn gcd_lcm(cx: &mut Cx, args: &Args, lcm: bool) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    let kernel = if lcm { "lcm_cpu" } else { "gcd_cpu" };
+    check!(dt.is_int(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    let (a, b) = pair(cx, x, y, dt)?;
+    let g = gcd_values(cx, a, b);
+    if !lcm {
+        return one(g);
+    }
+    // lcm = |a / g * b|, 0 where g is 0.
+    let dims = cx.dims(a);
+    let zero = cx.full(0.0, dt, &dims);
+    let one_ = cx.full(1.0, dt, &dims);
+    let g0 = cx.compare(CmpDir::Eq, g, zero);
+    let gs = cx.select(g0, one_, g);
+    let q = cx.div(a, gs);
+    let p = cx.mul(q, b);
+    let p = if dt.is_unsigned() { p } else { cx.abs(p) };
+    one(cx.select(g0, zero, p))
+}
+
+fn gcd_values(cx: &mut Cx, a: Value, b: Value) -> Value {
+    let unsigned = cx.elem(a).is_unsigned();
+    let (a, b) = if unsigned { (a, b) } else { (cx.abs(a), cx.abs(b)) };
+    let r = cx.while_loop(
+        &[a, b],
+        |bb, v| {
+            let z = bk(bb, 0.0, v[0]);
+            let nz = bb.compare(CmpDir::Ne, v[0], z);
+            any_true(bb, nz)
+        },
+        |bb, v| {
+            let (a, b) = (v[0], v[1]);
+            let z = bk(bb, 0.0, a);
+            let o = bk(bb, 1.0, a);
+            let nz = bb.compare(CmpDir::Ne, a, z);
+            let sa = bb.select(nz, a, o);
+            let r = bb.rem(b, sa);
+            let na = bb.select(nz, r, a);
+            let nb = bb.select(nz, a, b);
+            vec![na, nb]
+        },
+    );
+    r[1]
+}
+
+/// Bit shifts of integers (PyTorch's binary promotion); shifting by a negative amount or by
+/// the width or more gives 0 (left) or the sign fill (right), which is StableHLO's rule too.
+fn shift(cx: &mut Cx, args: &Args, left: bool) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    let kernel = if left { "lshift_cpu" } else { "rshift_cpu" };
+    check!(dt.is_int(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    let (a, b) = pair(cx, x, y, dt)?;
+    one(if left {
+        cx.shift_left(a, b)
+    } else if dt.is_unsigned() {
+        cx.shift_right_logical(a, b)
+    } else {
+        cx.shift_right_arithmetic(a, b)
+    })
+}
+
+// ---- incomplete gamma -------------------------------------------------------------------------------------
+
+/// igamma/igammac(self=a, other=x): the regularized lower (upper) incomplete gamma function,
+/// by the power series for x < a + 1 and the continued fraction above, each iterated (at most
+/// 2000 times) until every element has converged.
+fn igamma(cx: &mut Cx, args: &Args, upper: bool) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    no_complex(dt, args.op)?;
+    let kernel = if upper { "igammac_cpu" } else { "igamma_cpu" };
+    check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    let (a, xv) = pair(cx, x, y, acc_type(dt))?;
+    let r = igamma_values(cx, a, xv, upper);
+    one(cx.cast(r, dt))
+}
+
+fn igamma_values(cx: &mut Cx, a: Value, x: Value, upper: bool) -> Value {
+    let eps = if cx.dtype(a) == DType::F64 { 1.11022302462515654042E-16 } else { 5.9604644775390625E-8 };
+    // Prefactor x^a e^-x / Gamma(a).
+    let lx = cx.log(x);
+    let t = cx.mul(a, lx);
+    let t = cx.sub(t, x);
+    let lg = cx.chlo("lgamma", &[a]);
+    let t = cx.sub(t, lg);
+    let fac = cx.exp(t);
+    let one_ = k(cx, 1.0, a);
+    let use_series = {
+        let ap1 = cx.add(a, one_);
+        cx.compare(CmpDir::Lt, x, ap1)
+    };
+    // Elements outside the regular domain (NaN, infinities, zeros, negatives) take their
+    // boundary values later and skip the iterations.
+    let fa = cx.is_finite(a);
+    let fx = cx.is_finite(x);
+    let apos = cmp_k(cx, CmpDir::Gt, a, 0.0);
+    let xpos = cmp_k(cx, CmpDir::Gt, x, 0.0);
+    let regular = cx.and(fa, fx);
+    let regular = cx.and(regular, apos);
+    let regular = cx.and(regular, xpos);
+    let special = cx.not(regular);
+    // Series: sum_n x^n / (a+1)...(a+n), times fac / a. Elements already done stop updating.
+    let zero_i = cx.constant_i64(0, ElemType::I64);
+    let not_series = cx.not(use_series);
+    let done0 = cx.or(not_series, special);
+    let s = cx.while_loop(
+        &[zero_i, a, one_, one_, done0],
+        |b, v| {
+            let lim = b.constant_i64(2000, ElemType::I64);
+            let more = b.compare(CmpDir::Lt, v[0], lim);
+            let nd = b.not(v[4]);
+            let any = any_true(b, nd);
+            b.and(more, any)
+        },
+        |b, v| {
+            let (i, r, c, ans, done) = (v[0], v[1], v[2], v[3], v[4]);
+            let o = bk(b, 1.0, r);
+            let r1 = b.add(r, o);
+            let xr = b.div(x, r1);
+            let c1 = b.mul(c, xr);
+            let ans1 = b.add(ans, c1);
+            let e = bk(b, eps, r);
+            let lim = b.mul(e, ans1);
+            let conv = b.compare(CmpDir::Le, c1, lim);
+            let r = b.select(done, r, r1);
+            let c = b.select(done, c, c1);
+            let ans = b.select(done, ans, ans1);
+            let done = b.or(done, conv);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let i = b.add(i, one_i);
+            vec![i, r, c, ans, done]
+        },
+    );
+    let series = cx.mul(s[3], fac);
+    let series = cx.div(series, a);
+    // Continued fraction for the upper function (modified Lentz, as in Numerical Recipes).
+    let tiny = if cx.dtype(a) == DType::F64 { 1e-300 } else { 1e-30 };
+    let bv = {
+        let t = cx.add(x, one_);
+        cx.sub(t, a)
+    };
+    let tiny_v = k(cx, tiny, a);
+    let c0 = cx.div(one_, tiny_v);
+    let d0 = cx.div(one_, bv);
+    let h0 = d0;
+    let cf_done = cx.or(use_series, special);
+    let s2 = cx.while_loop(
+        &[zero_i, bv, c0, d0, h0, cf_done],
+        |b, v| {
+            let lim = b.constant_i64(2000, ElemType::I64);
+            let more = b.compare(CmpDir::Lt, v[0], lim);
+            let nd = b.not(v[5]);
+            let any = any_true(b, nd);
+            b.and(more, any)
+        },
+        |b, v| {
+            let (i, bq, c, d, h, done) = (v[0], v[1], v[2], v[3], v[4], v[5]);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let i1 = b.add(i, one_i);
+            let n = b.convert(i1, b.elem(bq));
+            let n = b.broadcast_in_dim(n, &b.dims(bq).to_vec(), &[]);
+            // an = -n (n - a); b += 2
+            let nma = b.sub(n, a);
+            let an = b.mul(n, nma);
+            let an = b.neg(an);
+            let two = bk(b, 2.0, bq);
+            let bq1 = b.add(bq, two);
+            let t = b.mul(an, d);
+            let d1 = b.add(t, bq1);
+            let tn = bk(b, tiny, bq);
+            let ad = b.abs(d1);
+            let small = b.compare(CmpDir::Lt, ad, tn);
+            let d1 = b.select(small, tn, d1);
+            let t = b.div(an, c);
+            let c1 = b.add(bq1, t);
+            let ac = b.abs(c1);
+            let small = b.compare(CmpDir::Lt, ac, tn);
+            let c1 = b.select(small, tn, c1);
+            let o = bk(b, 1.0, bq);
+            let d1 = b.div(o, d1);
+            let del = b.mul(d1, c1);
+            let h1 = b.mul(h, del);
+            let dm1 = b.sub(del, o);
+            let adm = b.abs(dm1);
+            let e = bk(b, eps, bq);
+            let conv = b.compare(CmpDir::Lt, adm, e);
+            let bq = b.select(done, bq, bq1);
+            let c = b.select(done, c, c1);
+            let d = b.select(done, d, d1);
+            let h = b.select(done, h, h1);
+            let done = b.or(done, conv);
+            vec![i1, bq, c, d, h, done]
+        },
+    );
+    let cf = cx.mul(s2[4], fac);
+    let lower = {
+        let oc = cx.sub(one_, cf);
+        cx.select(use_series, series, oc)
+    };
+    let upper_v = {
+        let os = cx.sub(one_, series);
+        cx.select(use_series, os, cf)
+    };
+    let r = if upper { upper_v } else { lower };
+    igamma_boundaries(cx, a, x, r, upper)
+}
+
+/// PyTorch's (SciPy's) special cases, in its order of precedence: NaN for negative arguments,
+/// then a == 0, x == 0, infinite a, infinite x.
+fn igamma_boundaries(cx: &mut Cx, a: Value, x: Value, r: Value, upper: bool) -> Value {
+    let (at_a0, at_x0, at_a_inf, at_x_inf) = if upper { (0.0, 1.0, 1.0, 0.0) } else { (1.0, 0.0, 0.0, 1.0) };
+    let nan = k(cx, f64::NAN, a);
+    let inf = k(cx, f64::INFINITY, a);
+    let x_inf = cx.compare(CmpDir::Eq, x, inf);
+    let v = k(cx, at_x_inf, a);
+    let r = cx.select(x_inf, v, r);
+    let a_inf = cx.compare(CmpDir::Eq, a, inf);
+    let v = k(cx, at_a_inf, a);
+    let v = cx.select(x_inf, nan, v);
+    let r = cx.select(a_inf, v, r);
+    let x0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
+    let v = k(cx, at_x0, a);
+    let r = cx.select(x0, v, r);
+    let a0 = cmp_k(cx, CmpDir::Eq, a, 0.0);
+    let xpos = cmp_k(cx, CmpDir::Gt, x, 0.0);
+    let v = k(cx, at_a0, a);
+    let v = cx.select(xpos, v, nan);
+    let r = cx.select(a0, v, r);
+    let xneg = cmp_k(cx, CmpDir::Lt, x, 0.0);
+    let aneg = cmp_k(cx, CmpDir::Lt, a, 0.0);
+    let bad = cx.or(xneg, aneg);
+    cx.select(bad, nan, r)
+}

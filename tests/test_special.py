@@ -1,0 +1,295 @@
+"""Special and remaining elementwise math against PyTorch on CPU: values, dtypes, promotion,
+views, 0-d/empty tensors, gradients and errors."""
+import pytest
+import torch
+from helpers import TPU, _compare, check, check_error, make
+
+SHAPES = [(), (0,), (7,), (3, 5)]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
+
+
+def same(fn, *args, atol=None, rtol=None):
+    """CPU and tpu agree: equal results, or the same exception class when CPU rejects the
+    input (a dtype CPU has no kernel for)."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001
+        check_error(fn, *args)
+        return
+    check(fn, *args, atol=atol, rtol=rtol)
+
+
+def grads(fn, *inputs, atol=1e-5, rtol=1e-4):
+    """Gradients of sum(fn(*inputs)) on CPU and on tpu."""
+    cpu = [x.clone().requires_grad_() for x in inputs]
+    dev = [x.to(TPU).requires_grad_() for x in inputs]
+    fn(*cpu).sum().backward()
+    fn(*dev).sum().backward()
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, atol=atol, rtol=rtol, equal_nan=True)
+
+
+UNARY = {
+    "polygamma0": lambda x: torch.polygamma(0, x),
+    "polygamma1": lambda x: torch.polygamma(1, x),
+    "polygamma2": lambda x: torch.polygamma(2, x),
+    "polygamma3": lambda x: torch.special.polygamma(3, x),
+    "logit": torch.logit,
+    "logit_eps": lambda x: torch.logit(x, eps=0.1),
+    "ndtri": torch.special.ndtri,
+    "log_ndtr": torch.special.log_ndtr,
+    "erfcx": torch.special.erfcx,
+    "i0": torch.i0,
+    "special_i0": torch.special.i0,
+    "i0e": torch.special.i0e,
+    "i1": torch.special.i1,
+    "i1e": torch.special.i1e,
+    "modified_bessel_i0": torch.special.modified_bessel_i0,
+    "modified_bessel_i1": torch.special.modified_bessel_i1,
+    "sinc": torch.sinc,
+    "entr": torch.special.entr,
+    "angle": torch.angle,
+    "signbit": torch.signbit,
+    "nan_to_num": torch.nan_to_num,
+    "frexp": torch.frexp,
+}
+
+# Inputs inside the interesting domain of each function.
+DOMAIN = {
+    "logit": (0.02, 0.98),
+    "logit_eps": (-0.2, 1.2),
+    "ndtri": (0.001, 0.999),
+    "erfcx": (-5.0, 30.0),
+    "log_ndtr": (-20.0, 6.0),
+    "i0": (-12.0, 12.0),
+    "i1": (-12.0, 12.0),
+    "special_i0": (-12.0, 12.0),
+    "modified_bessel_i0": (-12.0, 12.0),
+    "modified_bessel_i1": (-12.0, 12.0),
+    "i0e": (-20.0, 20.0),
+    "i1e": (-20.0, 20.0),
+    "polygamma0": (0.1, 9.0),
+    "polygamma1": (-4.0, 9.0),
+    "polygamma2": (0.1, 9.0),
+    "polygamma3": (0.1, 9.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_unary(name, dtype, shape):
+    lo, hi = DOMAIN.get(name, (-3.0, 3.0)) if dtype.is_floating_point else (None, None)
+    x = make(shape, dtype, low=lo, high=hi)
+    # i0/i1 in 16-bit floats overflow to large values: compare relatively.
+    tol = dict(atol=1e-2, rtol=3e-2) if dtype in (torch.bfloat16, torch.float16) else {}
+    same(UNARY[name], x, **tol)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_views(name):
+    lo, hi = DOMAIN.get(name, (-3.0, 3.0))
+    x = make((6, 4), low=lo, high=hi)
+    check(lambda t: UNARY[name](t.t()), x)
+    check(lambda t: UNARY[name](t[::2]), x)
+    check(lambda t: UNARY[name](t[:1].expand(6, 4)), x)
+
+
+def test_special_values():
+    inf, nan = float("inf"), float("nan")
+    # (no subnormals: XLA's CPU backend flushes them to zero)
+    x = torch.tensor([0.0, -0.0, 1.0, -1.0, inf, -inf, nan, 1e-30, -3e-32, 5e-9, 0.5, 2.0, 1e30, -2.0, 30.0])
+    for fn in [torch.sinc, torch.special.entr, torch.special.erfcx, torch.special.log_ndtr, torch.special.ndtri,
+               torch.special.i0e, torch.special.i1e, torch.signbit, torch.angle, torch.frexp, torch.logit,
+               torch.nan_to_num, lambda t: torch.nan_to_num(t, nan=1.5, posinf=7.0, neginf=-2.0),
+               lambda t: torch.polygamma(1, t), lambda t: torch.polygamma(2, t), torch.special.i0]:
+        check(fn, x)
+    check(torch.frexp, x.double())
+    check(torch.frexp, x.half())
+    check(torch.frexp, x.bfloat16())
+    check(torch.signbit, torch.tensor([-0.0, 0.0, -nan, nan]).bfloat16())
+    check(lambda t: torch.nan_to_num(t, posinf=1e39), torch.tensor([inf, -inf, nan]))
+    # poles of polygamma and zeta at non-positive integers, and the reflection of trigamma
+    p = torch.tensor([-3.0, -2.5, -0.5, 0.0, 0.25, -8.4783735, -8.0676])
+    check(lambda t: torch.polygamma(1, t), p)
+    check(lambda t: torch.polygamma(3, t), p)
+    check(lambda t: torch.polygamma(4, t), p, rtol=1e-4, atol=1e-3)
+
+
+BINARY = {
+    "xlogy": torch.xlogy,
+    "special_xlogy": torch.special.xlogy,
+    "xlog1py": torch.special.xlog1py,
+    "logaddexp": torch.logaddexp,
+    "logaddexp2": torch.logaddexp2,
+    "hypot": torch.hypot,
+    "copysign": torch.copysign,
+    "nextafter": torch.nextafter,
+    "fmax": torch.fmax,
+    "fmin": torch.fmin,
+    "heaviside": torch.heaviside,
+    "gcd": torch.gcd,
+    "lcm": torch.lcm,
+    "lshift": lambda a, b: a << b.abs() % 8 if not a.is_floating_point() else a << b,
+    "rshift": lambda a, b: a >> b.abs() % 8 if not a.is_floating_point() else a >> b,
+    "bitwise_left_shift": torch.bitwise_left_shift,
+    "bitwise_right_shift": torch.bitwise_right_shift,
+    "igamma": torch.igamma,
+    "igammac": torch.special.gammaincc,
+    "zeta": torch.special.zeta,
+}
+POSITIVE = {"igamma": (0.1, 12.0), "igammac": (0.1, 12.0), "zeta": (1.1, 9.0), "xlogy": (-1.0, 5.0)}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(), (0,), (3, 5)])
+def test_binary(name, dtype, shape):
+    lo, hi = POSITIVE.get(name, (None, None))
+    a = make(shape, dtype, low=lo, high=hi)
+    b = make(shape, dtype, low=lo, high=hi)
+    if name == "zeta":
+        b = make(shape, dtype, low=0.2, high=5.0)
+    tol = dict(atol=1e-4, rtol=1e-4) if name in ("igamma", "igammac") and dtype == torch.float32 else {}
+    same(BINARY[name], a, b, **tol)
+
+
+@pytest.mark.parametrize("name", ["xlogy", "logaddexp", "hypot", "copysign", "fmax", "heaviside", "gcd", "zeta"])
+def test_binary_broadcast_views(name):
+    fn = BINARY[name]
+    dtype = torch.int64 if name == "gcd" else torch.float32
+    lo, hi = (1.5, 6.0) if name == "zeta" else (None, None)
+    a = make((4, 6), dtype, low=lo, high=hi)
+    b = make((6,), dtype, low=lo, high=hi)
+    check(fn, a, b)
+    check(lambda x, y: fn(x.t()[1::2], y[:4]), a, b)
+    check(lambda x, y: fn(x, y.expand(4, 6)), a, b)
+
+
+def test_promotion_and_scalars():
+    f = make((3, 4))
+    i = make((3, 4), torch.int64)
+    h = make((3, 4), torch.bfloat16)
+    z = torch.tensor(2.5, dtype=torch.float64)
+    for fn in [torch.xlogy, torch.copysign, torch.special.xlog1py, torch.special.zeta, torch.fmax, torch.logaddexp,
+               torch.hypot, torch.nextafter]:
+        for a, b in [(f, i), (h, i), (i, h), (h, f), (h, z), (i, z), (f.double(), h)]:
+            same(fn, a.abs() + 1.1, b.abs() + 0.5)
+    # Python numbers on either side
+    check(lambda y: torch.xlogy(2, y), f.abs())
+    check(lambda y: torch.xlogy(y, 3.5), f)
+    check(lambda y: torch.special.xlog1py(0.5, y), f.abs())
+    check(lambda y: torch.special.xlog1py(y, 2), f)
+    check(lambda y: torch.special.zeta(y, 2.0), f.abs() + 1.5)
+    check(lambda y: torch.special.zeta(3, y), f.abs() + 0.5)
+    check(lambda y: torch.copysign(y, -1.0), f)
+    check(lambda y: torch.copysign(y, 2), i)
+    check(lambda y: y << 3, i)
+    check(lambda y: y >> 2, i.int())
+    check(lambda y: torch.bitwise_left_shift(5, y.abs()), i)
+    check(lambda y: torch.bitwise_right_shift(y, 1), i.to(torch.uint8))
+    # out-of-range shift amounts
+    sh = torch.tensor([-1, 0, 7, 8, 31, 32, 63, 64, 100])
+    check(lambda a, b: a << b, torch.full((9,), -5), sh)
+    check(lambda a, b: a >> b, torch.full((9,), -5), sh)
+    check(lambda a, b: a >> b, torch.full((9,), 200, dtype=torch.uint8), sh.to(torch.uint8))
+
+
+def test_nan_and_inf_binary():
+    inf, nan = float("inf"), float("nan")
+    v = torch.tensor([0.0, -0.0, 1.0, -2.0, inf, -inf, nan])
+    a = v.repeat_interleave(7)
+    b = v.repeat(7)
+    for fn in [torch.xlogy, torch.special.xlog1py, torch.logaddexp, torch.logaddexp2, torch.hypot, torch.copysign,
+               torch.nextafter, torch.fmax, torch.fmin, torch.heaviside, torch.igamma, torch.igammac,
+               torch.special.zeta]:
+        check(fn, a, b)
+    check(torch.gcd, torch.tensor([0, 0, 12, -12, 7, 2**40]), torch.tensor([0, 5, 18, 18, -21, 2**20]))
+    check(torch.lcm, torch.tensor([0, 0, 12, -12, 7, 2**20]), torch.tensor([0, 5, 18, 18, -21, 2**10]))
+
+
+def test_out_and_inplace():
+    x = make((3, 4)).abs() + 0.1
+    y = make((3, 4))
+    for fn in ["xlogy_", "logaddexp", "hypot_", "copysign_", "nextafter_", "fmax", "logit_", "i0_", "sinc_",
+               "nan_to_num_", "heaviside_"]:
+        c, d = x.clone(), x.to(TPU)
+        if fn.endswith("_"):
+            args = () if fn in ("logit_", "i0_", "sinc_", "nan_to_num_") else (y,)
+            getattr(c, fn)(*args)
+            getattr(d, fn)(*[a.to(TPU) for a in args])
+            _compare(d.cpu(), c, None, None)
+    out_c, out_d = torch.empty(3, 4), torch.empty(3, 4, device=TPU)
+    torch.special.i1e(x, out=out_c)
+    torch.special.i1e(x.to(TPU), out=out_d)
+    _compare(out_d.cpu(), out_c, None, None)
+    m_c, e_c = torch.empty(3, 4), torch.empty(3, 4, dtype=torch.int32)
+    m_d, e_d = m_c.to(TPU), e_c.to(TPU)
+    torch.frexp(x, out=(m_c, e_c))
+    torch.frexp(x.to(TPU), out=(m_d, e_d))
+    _compare((m_d.cpu(), e_d.cpu()), (m_c, e_c), None, None)
+    # an int out= for a float result is refused
+    check_error(lambda a, o: torch.xlogy(a, a, out=o), x, torch.empty(3, 4, dtype=torch.int64))
+
+
+GRAD_UNARY = {
+    "polygamma0": (lambda x: torch.polygamma(0, x), 0.5, 5.0),
+    "polygamma1": (lambda x: torch.polygamma(1, x), 0.5, 5.0),
+    "polygamma2": (lambda x: torch.polygamma(2, x), 0.5, 5.0),
+    "logit": (torch.logit, 0.05, 0.95),
+    "logit_eps": (lambda x: torch.logit(x, 0.2), 0.05, 0.95),
+    "ndtri": (torch.special.ndtri, 0.05, 0.95),
+    "log_ndtr": (torch.special.log_ndtr, -8.0, 4.0),
+    "erfcx": (torch.special.erfcx, -2.0, 8.0),
+    "i0": (torch.i0, -5.0, 5.0),
+    "i0e": (torch.special.i0e, -5.0, 5.0),
+    "i1": (torch.special.i1, -5.0, 5.0),
+    "i1e": (torch.special.i1e, -5.0, 5.0),
+    "sinc": (torch.sinc, -3.0, 3.0),
+    "entr": (torch.special.entr, 0.1, 3.0),
+    "frexp": (lambda x: torch.frexp(x)[0], -3.0, 3.0),
+    "nan_to_num": (torch.nan_to_num, -3.0, 3.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRAD_UNARY))
+def test_unary_grads(name):
+    fn, lo, hi = GRAD_UNARY[name]
+    grads(fn, make((4, 5), low=lo, high=hi))
+
+
+@pytest.mark.parametrize("name", ["xlogy", "xlog1py", "logaddexp", "logaddexp2", "hypot", "copysign", "fmax", "fmin",
+                                  "zeta", "igamma"])
+def test_binary_grads(name):
+    a = make((4, 5), low=0.5, high=3.0)
+    b = make((4, 5), low=0.5, high=3.0)
+    if name in ("zeta", "igamma"):
+        # only the second argument is differentiable
+        fn = BINARY[name]
+        cpu_b = b.clone().requires_grad_()
+        dev_b = b.to(TPU).requires_grad_()
+        fn(a, cpu_b).sum().backward()
+        fn(a.to(TPU), dev_b).sum().backward()
+        torch.testing.assert_close(dev_b.grad.cpu(), cpu_b.grad, atol=1e-4, rtol=1e-4)
+        return
+    if name in ("copysign", "fmax", "fmin"):
+        b = make((4, 5))
+    grads(BINARY[name], a, b)
+
+
+def test_errors():
+    f = make((3,))
+    i = make((3,), torch.int64)
+    check_error(lambda x: torch.polygamma(-1, x), f)
+    check_error(torch.heaviside, f, f.double())
+    check_error(torch.gcd, f, f)
+    check_error(torch.lcm, i, f)
+    check_error(torch.logaddexp, i, i)
+    check_error(torch.hypot, i, i)
+    check_error(torch.nextafter, i, i)
+    check_error(torch.igamma, i, i)
+    check_error(torch.frexp, i)
+    check_error(torch.special.zeta, f.bfloat16(), f.bfloat16())
+    check_error(lambda x: x << 1, f)
+    check_error(torch.bitwise_right_shift, i.bool(), i.bool())
+    check_error(torch.xlogy, make((3, 4)), make((5,)))
