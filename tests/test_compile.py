@@ -97,3 +97,9 @@ def test_graph_views_factories_and_scatters():
     got = torch.compile(f, backend="tpu")(x.to(TPU), idx.to(TPU), table.to(TPU))
     for g, e in zip(got, f(x, idx, table)):
         torch.testing.assert_close(g.cpu(), e)
+
+
+def test_graph_constant_pad():
+    f = lambda x: torch.nn.functional.pad(x, (1, 2, -1, 0), value=3.5).exp()  # noqa: E731
+    x = make((3, 4))
+    torch.testing.assert_close(torch.compile(f, backend="tpu")(x.to(TPU)).cpu(), f(x))

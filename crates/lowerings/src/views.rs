@@ -40,6 +40,7 @@ pub fn register(r: &mut Registry) {
     r.add("split_with_sizes", split_with_sizes);
     r.add("slice_scatter", slice_scatter);
     r.add("repeat", repeat);
+    r.add("constant_pad_nd", constant_pad_nd);
     r.add("select_scatter", select_scatter);
     r.add("split", split);
     r.add("unbind", unbind);
@@ -413,4 +414,41 @@ fn repeat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let b = cx.broadcast_in_dim(v, &wide, &keep);
     let out: Vec<i64> = reps.iter().zip(&dims).map(|(r, d)| r * d).collect();
     one(cx.reshape(b, &out))
+}
+
+/// constant_pad_nd(self, pad, value): `pad` holds (low, high) pairs from the last dim
+/// backwards; negative amounts crop.
+fn constant_pad_nd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let pad = args.ints("pad")?;
+    let dims = cx.dims(x.v);
+    check!(pad.len() % 2 == 0, Runtime, "Length of pad must be even but instead it equals {}", pad.len());
+    check!(
+        pad.len() / 2 <= dims.len(),
+        Runtime,
+        "Length of pad should be no more than twice the number of dimensions of the input. Pad length is {} while the input has {} dimensions.",
+        pad.len(),
+        dims.len()
+    );
+    let mut lo = vec![0; dims.len()];
+    let mut hi = vec![0; dims.len()];
+    for (i, pair) in pad.chunks(2).enumerate() {
+        let d = dims.len() - 1 - i;
+        lo[d] = pair[0];
+        hi[d] = pair[1];
+        check!(
+            dims[d] + pair[0] + pair[1] >= 0,
+            Runtime,
+            "The input size {}, plus negative padding {} and {} resulted in a negative output size, which is invalid. Check dimension {} of your input.",
+            dims[d],
+            pair[0],
+            pair[1],
+            d
+        );
+    }
+    let value = match args.opt_scalar("value")? {
+        Some(s) => cx.scalar(s, x.dtype),
+        None => cx.full(0.0, x.dtype, &[]),
+    };
+    one(cx.pad(x.v, value, &lo, &hi, &vec![0; dims.len()]))
 }
