@@ -29,6 +29,7 @@ mod nn;
 mod indexing;
 mod shape_ops;
 mod special;
+mod order_stats;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -132,6 +133,7 @@ pub fn registry() -> &'static Registry {
         indexing::register(&mut r);
         shape_ops::register(&mut r);
         special::register(&mut r);
+        order_stats::register(&mut r);
         r
     })
 }
