@@ -30,6 +30,7 @@ mod indexing;
 mod shape_ops;
 mod special;
 mod order_stats;
+mod random;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -134,6 +135,7 @@ pub fn registry() -> &'static Registry {
         shape_ops::register(&mut r);
         special::register(&mut r);
         order_stats::register(&mut r);
+        random::register(&mut r);
         r
     })
 }

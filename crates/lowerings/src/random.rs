@@ -1,0 +1,571 @@
+//! Random sampling with the device generator: the in-place fills exponential_, geometric_,
+//! log_normal_ and cauchy_, poisson, multinomial (with and without replacement), randperm,
+//! _standard_gamma and _sample_dirichlet.
+//!
+//! Each call gets one generator state (seed and offset, advanced by the shim), so results are
+//! reproducible under torch.manual_seed. A lowering that draws several times threads the
+//! state from one stablehlo.rng_bit_generator to the next; rejection samplers carry it through
+//! a while loop that runs until every element has accepted a sample.
+use crate::args::{Args, Tensor};
+use crate::cx::Cx;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::{check, one, Out, Registry};
+use stablehlo::{Builder, CmpDir, ElemType, RngAlgorithm, TensorType, Value};
+
+pub fn register(r: &mut Registry) {
+    // Their float parameters are validated (lambda > 0, 0 < p < 1, ...), so their values are
+    // compiled in: a cached program must never skip a check.
+    r.add_specialized("exponential", exponential);
+    r.add_specialized("geometric", geometric);
+    r.add_specialized("log_normal", log_normal);
+    r.add_specialized("cauchy", cauchy);
+    r.add("poisson", poisson);
+    r.add("multinomial", multinomial);
+    r.add("randperm", randperm);
+    r.add("_standard_gamma", standard_gamma);
+    r.add("_sample_dirichlet", sample_dirichlet);
+}
+
+/// The most rounds a rejection sampler runs (each accepts with probability well above 1/2,
+/// so this bound is never reached by valid parameters; it guards against endless loops).
+const MAX_TRIES: i64 = 10_000;
+
+// ---- drawing ----------------------------------------------------------------------------------
+
+/// Uniform floats of `dims` from `state`, in the open interval (0, 1) (the mantissa bits plus
+/// half a step, so that logarithms stay finite), in f32 or f64. Returns the next state too.
+fn uniform_open(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (Value, Value) {
+    // m + 1/2 is exact with one bit to spare: 52 (23) mantissa bits.
+    let (bits_elem, float_elem, shift, mant) = if double { (ElemType::U64, ElemType::F64, 12, 52) } else { (ElemType::U32, ElemType::F32, 9, 23) };
+    let ty = TensorType::new(bits_elem, dims);
+    let (next, bits) = b.rng_bit_generator(RngAlgorithm::ThreeFry, state, &ty);
+    let sh = b.splat_i64(shift, &ty);
+    let m = b.shift_right_logical(bits, sh);
+    let f = b.convert(m, float_elem);
+    let fty = TensorType::new(float_elem, dims);
+    let half = b.splat_f64(0.5, &fty);
+    let f = b.add(f, half);
+    let scale = b.splat_f64(2f64.powi(-mant), &fty);
+    (next, b.mul(f, scale))
+}
+
+/// Standard normal floats (Box-Muller on two open uniforms) and the next state.
+fn standard_normal(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (Value, Value) {
+    let mut two = vec![2];
+    two.extend_from_slice(dims);
+    let (next, u) = uniform_open(b, state, &two, double);
+    let r = dims.len();
+    let mut lim = two.clone();
+    lim[0] = 1;
+    let u1 = b.slice(u, &vec![0; r + 1], &lim, &vec![1; r + 1]);
+    let mut st = vec![0; r + 1];
+    st[0] = 1;
+    let u2 = b.slice(u, &st, &two, &vec![1; r + 1]);
+    let u1 = b.reshape(u1, dims);
+    let u2 = b.reshape(u2, dims);
+    let l = b.log(u1);
+    let m2 = b.splat_f64(-2.0, &b.ty(l).clone());
+    let rr = b.mul(l, m2);
+    let rr = b.sqrt(rr);
+    let tau = b.splat_f64(std::f64::consts::TAU, &b.ty(l).clone());
+    let th = b.mul(u2, tau);
+    let c = b.cos(th);
+    (next, b.mul(rr, c))
+}
+
+/// The tensor an in-place fill writes: `self`.
+fn target(args: &Args) -> Result<Tensor> {
+    args.tensor("self")
+}
+
+fn float_param(args: &Args, name: &str, default: f64) -> Result<f64> {
+    Ok(match args.opt_scalar(name)? {
+        None => default,
+        Some(crate::Scalar::Float(f)) => f.value,
+        Some(crate::Scalar::Int(i)) => i as f64,
+        Some(crate::Scalar::Bool(b)) => b as i64 as f64,
+    })
+}
+
+/// The f32/f64 compute type of a random fill of `d`, and the draw.
+fn draw_uniform(cx: &mut Cx, args: &Args, dims: &[i64], d: DType) -> Result<(DType, Value)> {
+    let state = args.generator("generator")?;
+    let double = d == DType::F64;
+    let (_, u) = uniform_open(&mut cx.b, state, dims, double);
+    Ok((if double { DType::F64 } else { DType::F32 }, u))
+}
+
+fn continuous_check(x: &Tensor, what: &str, name: fn(DType) -> &'static str) -> Result<()> {
+    check!(
+        x.dtype.is_float(),
+        Runtime,
+        "{} distribution is a continuous probability distribution. dtype must be a floating point but you specified {}",
+        what,
+        name(x.dtype)
+    );
+    Ok(())
+}
+
+// ---- in-place fills ----------------------------------------------------------------------------
+
+/// exponential_(self, lambd): -log(u) / lambd.
+fn exponential(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    let lambd = float_param(args, "lambd", 1.0)?;
+    check!(lambd > 0.0, Runtime, "exponential_ expects lambda > 0.0, but found lambda={}", lambd);
+    continuous_check(&x, "Exponential", |d| d.torch_name())?;
+    let dims = cx.dims(x.v);
+    let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
+    let l = cx.log(u);
+    let k = cx.full(-1.0 / lambd, acc, &dims);
+    let v = cx.mul(l, k);
+    one(cx.cast(v, x.dtype))
+}
+
+/// geometric_(self, p): the number of Bernoulli(p) trials up to the first success,
+/// ceil(log(u) / log1p(-p)).
+fn geometric(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    let p = float_param(args, "p", 0.5)?;
+    check!(p > 0.0 && p < 1.0, Runtime, "geometric_ expects p to be in (0, 1), but got p={}", p);
+    check!(!x.dtype.is_complex(), NotImplemented, "geometric_: complex tensors are not supported on tpu yet");
+    let dims = cx.dims(x.v);
+    let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
+    let l = cx.log(u);
+    let k = cx.full(1.0 / (-p).ln_1p(), acc, &dims);
+    let v = cx.mul(l, k);
+    let v = cx.ceil(v);
+    let one_ = cx.full(1.0, acc, &dims);
+    let v = cx.max(v, one_);
+    one(cx.cast(v, x.dtype))
+}
+
+/// log_normal_(self, mean, std): exp(mean + std * z).
+fn log_normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    let mean = float_param(args, "mean", 1.0)?;
+    let std = float_param(args, "std", 2.0)?;
+    check!(std > 0.0, Runtime, "log_normal_ expects std > 0.0, but found std={}", std);
+    check!(x.dtype.is_float(), NotImplemented, "\"log_normal_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let dims = cx.dims(x.v);
+    let state = args.generator("generator")?;
+    let double = x.dtype == DType::F64;
+    let acc = if double { DType::F64 } else { DType::F32 };
+    let (_, z) = standard_normal(&mut cx.b, state, &dims, double);
+    let s = cx.full(std, acc, &dims);
+    let m = cx.full(mean, acc, &dims);
+    let v = cx.mul(z, s);
+    let v = cx.add(v, m);
+    let v = cx.exp(v);
+    one(cx.cast(v, x.dtype))
+}
+
+/// cauchy_(self, median, sigma): median + sigma * tan(pi (u - 1/2)).
+fn cauchy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = target(args)?;
+    let median = float_param(args, "median", 0.0)?;
+    let sigma = float_param(args, "sigma", 1.0)?;
+    check!(sigma > 0.0, Runtime, "cauchy_ expects sigma > 0.0, but found sigma={}", sigma);
+    continuous_check(&x, "Cauchy", crate::linalg::cpp_type_name)?;
+    let dims = cx.dims(x.v);
+    let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
+    let half = cx.full(0.5, acc, &dims);
+    let t = cx.sub(u, half);
+    let pi = cx.full(std::f64::consts::PI, acc, &dims);
+    let t = cx.mul(t, pi);
+    let t = cx.tan(t);
+    let s = cx.full(sigma, acc, &dims);
+    let m = cx.full(median, acc, &dims);
+    let v = cx.mul(t, s);
+    let v = cx.add(v, m);
+    one(cx.cast(v, x.dtype))
+}
+
+// ---- poisson -------------------------------------------------------------------------------------
+
+/// poisson(self): Poisson samples with rates `self`: the product-of-uniforms method below 10,
+/// Hoermann's transformed rejection (PTRS) at and above, like PyTorch's CPU sampler.
+fn poisson(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(x.dtype.is_float(), NotImplemented, "\"poisson_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let dims = cx.dims(x.v);
+    if cx.numel(x.v) == 0 {
+        return one(x.v);
+    }
+    let double = x.dtype == DType::F64;
+    let acc = if double { DType::F64 } else { DType::F32 };
+    let lam = cx.cast(x.v, acc);
+    let state = args.generator("generator")?;
+    let zero = cx.full(0.0, acc, &dims);
+    let one_ = cx.full(1.0, acc, &dims);
+    let ten = cx.full(10.0, acc, &dims);
+    let big = cx.compare(CmpDir::Ge, lam, ten);
+    // exp(-lambda) for the product method; PTRS constants for the large rates.
+    let nl = cx.neg(lam);
+    let enlam = cx.exp(nl);
+    let sl = cx.sqrt(lam);
+    let c = |cx: &mut Cx, v: f64| cx.full(v, acc, &dims);
+    let k253 = c(cx, 2.53);
+    let bb = cx.mul(k253, sl);
+    let k0931 = c(cx, 0.931);
+    let bb = cx.add(bb, k0931);
+    let k02483 = c(cx, 0.02483);
+    let a = cx.mul(k02483, bb);
+    let k0059 = c(cx, 0.059);
+    let a = cx.sub(a, k0059);
+    let k34 = c(cx, 3.4);
+    let t = cx.sub(bb, k34);
+    let k11328 = c(cx, 1.1328);
+    let t = cx.div(k11328, t);
+    let k11239 = c(cx, 1.1239);
+    let invalpha = cx.add(k11239, t);
+    let two = c(cx, 2.0);
+    let t = cx.sub(bb, two);
+    let k36224 = c(cx, 3.6224);
+    let t = cx.div(k36224, t);
+    let k09277 = c(cx, 0.9277);
+    let vr = cx.sub(k09277, t);
+    let loglam = cx.log(lam);
+    // Rate 0 gives 0 at once. Rates PyTorch's CPU check rejects (negative, NaN) give NaN and
+    // infinite rates infinity, without iterating.
+    let is0 = cx.compare(CmpDir::Eq, lam, zero);
+    let pos = cx.compare(CmpDir::Gt, lam, zero);
+    let fin = cx.is_finite(lam);
+    let regular = cx.and(pos, fin);
+    let irregular = cx.not(regular);
+    let done0 = cx.or(is0, irregular);
+    let it0 = cx.constant_i64(0, ElemType::I64);
+    let r = cx.while_loop(
+        &[state, zero, one_, done0, it0],
+        |b, v| {
+            let nd = b.not(v[3]);
+            let any = any_true(b, nd);
+            let cap = b.constant_i64(MAX_TRIES, ElemType::I64);
+            let more = b.compare(CmpDir::Lt, v[4], cap);
+            b.and(any, more)
+        },
+        |b, v| {
+            let (state, k, prod, done) = (v[0], v[1], v[2], v[3]);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let iters = b.add(v[4], one_i);
+            let mut two_dims = vec![2];
+            two_dims.extend_from_slice(&dims);
+            let (state, uv) = uniform_open(b, state, &two_dims, double);
+            let r = dims.len();
+            let mut lim = two_dims.clone();
+            lim[0] = 1;
+            let u = b.slice(uv, &vec![0; r + 1], &lim, &vec![1; r + 1]);
+            let u = b.reshape(u, &dims);
+            let mut st = vec![0; r + 1];
+            st[0] = 1;
+            let vv = b.slice(uv, &st, &two_dims, &vec![1; r + 1]);
+            let vv = b.reshape(vv, &dims);
+            let ty = b.ty(u).clone();
+            let kc = |b: &mut Builder, x: f64| b.splat_f64(x, &ty);
+            // Small rates: multiply uniforms until the product drops to exp(-lambda).
+            let prod1 = b.mul(prod, u);
+            let more = b.compare(CmpDir::Gt, prod1, enlam);
+            let o = kc(b, 1.0);
+            let k_small = b.add(k, o);
+            // Large rates: one PTRS attempt.
+            let h = kc(b, 0.5);
+            let uu = b.sub(u, h);
+            let au = b.abs(uu);
+            let us = b.sub(h, au);
+            let two = kc(b, 2.0);
+            let ta = b.mul(two, a);
+            let q = b.div(ta, us);
+            let q = b.add(q, bb);
+            let q = b.mul(q, uu);
+            let q = b.add(q, lam);
+            let c043 = kc(b, 0.43);
+            let q = b.add(q, c043);
+            let kk = b.floor(q);
+            let c007 = kc(b, 0.07);
+            let us_ok = b.compare(CmpDir::Ge, us, c007);
+            let v_ok = b.compare(CmpDir::Le, vv, vr);
+            let quick = b.and(us_ok, v_ok);
+            let z = kc(b, 0.0);
+            let kneg = b.compare(CmpDir::Lt, kk, z);
+            let c0013 = kc(b, 0.013);
+            let us_small = b.compare(CmpDir::Lt, us, c0013);
+            let v_big = b.compare(CmpDir::Gt, vv, us);
+            let edge = b.and(us_small, v_big);
+            let reject = b.or(kneg, edge);
+            let lv = b.log(vv);
+            let li = b.log(invalpha);
+            let uss = b.mul(us, us);
+            let t = b.div(a, uss);
+            let t = b.add(t, bb);
+            let lt = b.log(t);
+            let lhs = b.add(lv, li);
+            let lhs = b.sub(lhs, lt);
+            let kl = b.mul(kk, loglam);
+            let rhs = b.sub(kl, lam);
+            let k1 = b.add(kk, o);
+            let lg = b.chlo("lgamma", &[k1]);
+            let rhs = b.sub(rhs, lg);
+            let accept = b.compare(CmpDir::Le, lhs, rhs);
+            let nreject = b.not(reject);
+            let accept = b.and(accept, nreject);
+            let big_ok = b.or(quick, accept);
+            // Elements already done keep their value; small rates count one more factor while
+            // the product stays above exp(-lambda); large rates take an accepted attempt.
+            let small_k = b.select(more, k_small, k);
+            let big_k = b.select(big_ok, kk, k);
+            let new_k = b.select(big, big_k, small_k);
+            let k_out = b.select(done, k, new_k);
+            let small_done = b.not(more);
+            let now = b.select(big, big_ok, small_done);
+            let prod = b.select(done, prod, prod1);
+            let done = b.or(done, now);
+            vec![state, k_out, prod, done, iters]
+        },
+    );
+    let nan = cx.full(f64::NAN, acc, &dims);
+    let neg = cx.compare(CmpDir::Lt, lam, zero);
+    let bad = cx.compare(CmpDir::Ne, lam, lam);
+    let bad = cx.or(bad, neg);
+    let k = cx.select(fin, r[1], lam);
+    let k = cx.select(bad, nan, k);
+    one(cx.cast(k, x.dtype))
+}
+
+fn any_true(b: &mut Builder, p: Value) -> Value {
+    let r = b.rank(p) as i64;
+    if r == 0 {
+        return p;
+    }
+    let init = b.constant_bool(false);
+    let dims: Vec<i64> = (0..r).collect();
+    b.reduce(&[p], &[init], &dims, |b, a| vec![b.or(a[0], a[1])])[0]
+}
+
+// ---- gamma and Dirichlet ------------------------------------------------------------------------
+
+/// Gamma(alpha, 1) samples in `acc` (Marsaglia and Tsang; alpha < 1 boosted by u^(1/alpha)),
+/// at least the smallest normal number, as PyTorch's sample_gamma.
+fn gamma_values(cx: &mut Cx, state: Value, alpha: Value) -> Value {
+    let dims = cx.dims(alpha);
+    let double = cx.dtype(alpha) == DType::F64;
+    let acc = cx.dtype(alpha);
+    let one_ = cx.full(1.0, acc, &dims);
+    let zero = cx.full(0.0, acc, &dims);
+    let small = cx.compare(CmpDir::Lt, alpha, one_);
+    let boosted = cx.add(alpha, one_);
+    let al = cx.select(small, boosted, alpha);
+    let third = cx.full(1.0 / 3.0, acc, &dims);
+    let d = cx.sub(al, third);
+    let nine = cx.full(9.0, acc, &dims);
+    let t = cx.mul(nine, d);
+    let t = cx.sqrt(t);
+    let c = cx.div(one_, t);
+    // alpha <= 0 and NaN skip the loop; PyTorch's clamp to the smallest normal number answers
+    // them (std::max(min, NaN) is min).
+    let valid = cx.compare(CmpDir::Gt, alpha, zero);
+    let done0 = cx.not(valid);
+    let it0 = cx.constant_i64(0, ElemType::I64);
+    let r = cx.while_loop(
+        &[state, zero, done0, it0],
+        |b, v| {
+            let nd = b.not(v[2]);
+            let any = any_true(b, nd);
+            let cap = b.constant_i64(MAX_TRIES, ElemType::I64);
+            let more = b.compare(CmpDir::Lt, v[3], cap);
+            b.and(any, more)
+        },
+        |b, v| {
+            let (state, out, done) = (v[0], v[1], v[2]);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let iters = b.add(v[3], one_i);
+            let (state, x) = standard_normal(b, state, &dims, double);
+            let (state, u) = uniform_open(b, state, &dims, double);
+            let ty = b.ty(x).clone();
+            let o = b.splat_f64(1.0, &ty);
+            let cx_ = b.mul(c, x);
+            let y = b.add(o, cx_);
+            let z = b.splat_f64(0.0, &ty);
+            let y_ok = b.compare(CmpDir::Gt, y, z);
+            let v3 = b.mul(y, y);
+            let v3 = b.mul(v3, y);
+            let xx = b.mul(x, x);
+            let k = b.splat_f64(0.0331, &ty);
+            let t = b.mul(k, xx);
+            let t = b.mul(t, xx);
+            let lim = b.sub(o, t);
+            let quick = b.compare(CmpDir::Lt, u, lim);
+            let lu = b.log(u);
+            let h = b.splat_f64(0.5, &ty);
+            let hx = b.mul(h, xx);
+            let lv = b.log(v3);
+            let t = b.sub(o, v3);
+            let t = b.add(t, lv);
+            let t = b.mul(d, t);
+            let rhs = b.add(hx, t);
+            let slow = b.compare(CmpDir::Lt, lu, rhs);
+            let ok = b.or(quick, slow);
+            let ok = b.and(ok, y_ok);
+            let val = b.mul(d, v3);
+            let nd = b.not(done);
+            let take = b.and(nd, ok);
+            let out = b.select(take, val, out);
+            let done = b.or(done, ok);
+            vec![state, out, done, iters]
+        },
+    );
+    let (state, g) = (r[0], r[1]);
+    // The boost for alpha < 1 uses one more uniform (drawn after the loop's last state).
+    let (_, u) = uniform_open(&mut cx.b, state, &dims, double);
+    let inv = cx.div(one_, alpha);
+    let boost = cx.pow(u, inv);
+    let g_boosted = cx.mul(g, boost);
+    let g = cx.select(small, g_boosted, g);
+    let tiny = cx.full(if double { f64::MIN_POSITIVE } else { f32::MIN_POSITIVE as f64 }, acc, &dims);
+    let above = cx.compare(CmpDir::Gt, g, tiny);
+    let above = cx.and(above, valid);
+    cx.select(above, g, tiny)
+}
+
+/// _standard_gamma(self): Gamma(self, 1) samples.
+fn standard_gamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        matches!(x.dtype, DType::F32 | DType::F64),
+        NotImplemented,
+        "\"gamma_cpu\" not implemented for '{}'",
+        x.dtype.torch_name()
+    );
+    if cx.numel(x.v) == 0 {
+        return one(x.v);
+    }
+    let state = args.generator("generator")?;
+    one(gamma_values(cx, state, x.v))
+}
+
+/// _sample_dirichlet(self): Gamma(alpha) samples normalized along the last dim (drawn in
+/// double like PyTorch's CPU kernel).
+fn sample_dirichlet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(
+        matches!(x.dtype, DType::F32 | DType::F64),
+        NotImplemented,
+        "\"dirichlet\" not implemented for '{}'",
+        x.dtype.torch_name()
+    );
+    let dims = cx.dims(x.v);
+    if cx.numel(x.v) == 0 {
+        return one(x.v);
+    }
+    let state = args.generator("generator")?;
+    let a = cx.cast(x.v, DType::F64);
+    let g = gamma_values(cx, state, a);
+    if dims.is_empty() {
+        let r = cx.div(g, g);
+        return one(cx.cast(r, x.dtype));
+    }
+    let last = dims.len() as i64 - 1;
+    let z = cx.constant_f64(0.0, ElemType::F64);
+    let s = cx.reduce(&[g], &[z], &[last], |b, a| vec![b.add(a[0], a[1])])[0];
+    let kept: Vec<i64> = (0..last).collect();
+    let s = cx.broadcast_in_dim(s, &dims, &kept);
+    let r = cx.div(g, s);
+    one(cx.cast(r, x.dtype))
+}
+
+// ---- multinomial and randperm --------------------------------------------------------------------
+
+/// multinomial(self, num_samples, replacement): category indices per row. Without replacement
+/// (or for one sample) the largest p / q with q ~ Exp(1) (PyTorch's Gumbel trick); with
+/// replacement, inverse-CDF sampling of uniforms against the normalized cumulative sums.
+/// PyTorch's CPU checks of the probability values (non-negative, finite, positive sum) need
+/// the data on the host and are not made.
+fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let n = args.int("num_samples")?;
+    let replacement = args.bool_or("replacement", false)?;
+    let dims = cx.dims(x.v);
+    check!(
+        x.dtype.is_float(),
+        Runtime,
+        "multinomial only supports floating-point dtypes for input, got: {}",
+        x.dtype.torch_name()
+    );
+    check!(dims.len() == 1 || dims.len() == 2, Runtime, "prob_dist must be 1 or 2 dim");
+    check!(n > 0, Runtime, "cannot sample n_sample <= 0 samples");
+    let cats = *dims.last().unwrap();
+    check!(
+        replacement || n <= cats,
+        Runtime,
+        "cannot sample n_sample > prob_dist.size(-1) samples without replacement"
+    );
+    check!(cats <= 1 << 24, Runtime, "number of categories cannot exceed 2^24");
+    let rows = if dims.len() == 2 { dims[0] } else { 1 };
+    let out_dims: Vec<i64> = if dims.len() == 2 { vec![rows, n] } else { vec![n] };
+    if rows == 0 {
+        return one(cx.full(0.0, DType::I64, &out_dims));
+    }
+    let double = x.dtype == DType::F64;
+    let acc = if double { DType::F64 } else { DType::F32 };
+    let p = cx.cast(x.v, acc);
+    let p = cx.reshape(p, &[rows, cats]);
+    let state = args.generator("generator")?;
+    let idx = if !replacement || n == 1 {
+        let (_, u) = uniform_open(&mut cx.b, state, &[rows, cats], double);
+        let l = cx.log(u);
+        let q = cx.neg(l);
+        let key = cx.div(p, q);
+        let (_, order) = crate::reductions::sort_with_indices(cx, key, 1, true);
+        cx.slice(order, &[0, 0], &[rows, n], &[1, 1])
+    } else {
+        let cdf = crate::reductions::scan(cx, p, 1, crate::reductions::Red::Sum);
+        let total = cx.slice(cdf, &[0, cats - 1], &[rows, cats], &[1, 1]);
+        let total = cx.reshape(total, &[rows]);
+        let tb = cx.broadcast_in_dim(total, &[rows, cats], &[0]);
+        let cdf = cx.div(cdf, tb);
+        let (_, u) = uniform_open(&mut cx.b, state, &[rows, n], double);
+        // The first category whose cumulative probability reaches u.
+        let cdf3 = cx.broadcast_in_dim(cdf, &[rows, n, cats], &[0, 2]);
+        let u3 = cx.broadcast_in_dim(u, &[rows, n, cats], &[0, 1]);
+        let below = cx.compare(CmpDir::Lt, cdf3, u3);
+        let below = cx.convert(below, ElemType::I64);
+        let z = cx.constant_i64(0, ElemType::I64);
+        let cnt = cx.reduce(&[below], &[z], &[2], |b, a| vec![b.add(a[0], a[1])])[0];
+        let last = cx.full((cats - 1) as f64, DType::I64, &[rows, n]);
+        cx.min(cnt, last)
+    };
+    one(cx.reshape(idx, &out_dims))
+}
+
+/// randperm.generator_out(n, generator, out): a random permutation of 0..n (random keys
+/// sorted along with their positions), in the out tensor's dtype.
+fn randperm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let n = args.int("n")?;
+    check!(n >= 0, Runtime, "n must be non-negative, got{}", n);
+    let dtype = match args.tensor("out") {
+        Ok(o) => o.dtype,
+        Err(_) => crate::reductions::opt_dtype(args, "dtype")?.unwrap_or(DType::I64),
+    };
+    check!(!dtype.is_complex() && dtype != DType::Bool, NotImplemented, "randperm is not implemented for {} on tpu", dtype.torch_name());
+    let limit = match dtype {
+        DType::F16 => Some(1i64 << 11),
+        DType::BF16 => Some(1 << 8),
+        DType::F32 => Some(1 << 24),
+        DType::U8 => Some(256),
+        DType::I8 => Some(128),
+        DType::I16 => Some(1 << 15),
+        _ => None,
+    };
+    if let Some(l) = limit {
+        check!(n <= l, Runtime, "n cannot be larger than {} for the dtype {}", l, dtype.torch_name());
+    }
+    if n == 0 {
+        return one(cx.full(0.0, dtype, &[0]));
+    }
+    let state = args.generator("generator")?;
+    let ty = TensorType::new(ElemType::U64, &[n]);
+    let (_, keys) = cx.rng_bit_generator(RngAlgorithm::ThreeFry, state, &ty);
+    let pos = cx.iota(&TensorType::new(ElemType::I64, &[n]), 0);
+    let r = cx.sort(&[keys, pos], 0, true, |b, a| b.compare(CmpDir::Lt, a[0], a[1]));
+    one(cx.cast(r[1], dtype))
+}
