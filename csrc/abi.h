@@ -1,6 +1,7 @@
 // The C ABI between the C++ shim and the Rust engine (crates/torchtpu/src/abi.rs mirrors it).
 // The shim encodes each aten call as an array of TtArg and gets back a TtResult.
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -101,6 +102,8 @@ const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbyte
 // Aten ops ("name" or "name.overload") whose composite kernels the fallback must override:
 // NUL-separated, ending with an empty name.
 const char* tt_routed_ops(void);
+// Whether an aten op ("aten::add_") has a lowering.
+bool tt_has_lowering(const char* qualified_name);
 
 int32_t tt_device_count(void);
 void tt_synchronize(int32_t device);

@@ -754,6 +754,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name = tt_routed_ops(); *name; name += std::strlen(name) + 1) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
+  // Structured ops (add.Tensor, mul_.Tensor, ...) get a generated composite kernel that
+  // allocates an output and calls the op's out= form. When the op has a lowering, run the
+  // functional and in-place forms directly instead: one call, no empty output to fill.
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0 || !tt_has_lowering(name.name.c_str())) continue;
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    std::string full = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+    m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
 }
 
 }  // namespace

@@ -115,6 +115,11 @@ impl Builder {
     }
 
     /// Number of params added so far.
+    /// The value of parameter `i` (in the order `param` created them).
+    pub fn param_value(&self, i: usize) -> Value {
+        self.params[i]
+    }
+
     pub fn num_params(&self) -> usize {
         self.params.len()
     }

@@ -207,3 +207,12 @@ pub extern "C" fn tt_routed_ops() -> *const c_char {
     })
     .as_ptr() as *const c_char
 }
+
+#[no_mangle]
+pub extern "C" fn tt_has_lowering(qualified: *const c_char) -> bool {
+    catch_unwind(|| {
+        let name = unsafe { CStr::from_ptr(qualified) }.to_string_lossy();
+        lowerings::registry().get(lowerings::base_name(&name)).is_some()
+    })
+    .unwrap_or(false)
+}

@@ -1,0 +1,90 @@
+"""Llama-shaped ~886M-parameter training step on one NVIDIA GPU (FACTS.md: H200, bf16, AdamW,
+batch 8 x 2048): torchtpu compiled through XLA's CUDA PJRT plugin against torch eager and
+torch.compile (inductor) on CUDA, each in its own process, in one run.
+
+    python benches/h200_llama.py [--steps 10] [--batch 8] [--seq 2048] [--runs tpu,cuda,inductor]
+
+Prints tokens/s, MFU (6 * params * tokens/s over the GPU's dense bf16 peak) and the first
+step's seconds (which is mostly compiling).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
+
+
+def model_config(vocab=32000, hidden=1536, inter=4096, layers=28, heads=12, kv_heads=12, seq=2048):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=seq,
+                       tie_word_embeddings=False, attn_implementation="sdpa")
+
+
+def child(kind, steps, batch, seq):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = "tpu" if kind == "tpu" else "cuda"
+    if kind == "tpu":
+        import torchtpu  # noqa: F401
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(model_config(seq=seq)).to(torch.bfloat16).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    backend = {"tpu": "tpu", "cuda": None, "inductor": "inductor"}[kind]
+    forward = torch.compile(model, backend=backend) if backend else model
+    tokens = torch.randint(0, 32000, (batch, seq), device=device)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = forward(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        opt.step()
+        loss.item()  # waits for the step
+        times.append(time.perf_counter() - t0)
+    steady = times[2:] or times[1:] or times
+    tok_s = batch * seq / (sum(steady) / len(steady))
+    name = torch.tpu.get_device_name() if kind == "tpu" else torch.cuda.get_device_name()
+    print(json.dumps({"kind": kind, "tok_s": tok_s, "first_s": times[0], "params": params, "device": name,
+                      "loss": loss.item()}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--runs", default="tpu,cuda,inductor")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child:
+        return child(a.child, a.steps, a.batch, a.seq)
+    rows = []
+    for kind in a.runs.split(","):
+        env = {**os.environ, "TORCHTPU_PLATFORM": "cuda"}
+        out = subprocess.run([sys.executable, __file__, "--child", kind, "--steps", str(a.steps), "--batch",
+                              str(a.batch), "--seq", str(a.seq)], capture_output=True, text=True, env=env)
+        if out.returncode != 0:
+            print(f"{kind}: failed\n{out.stderr[-2000:]}")
+            continue
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    if not rows:
+        return
+    base = next((r["tok_s"] for r in rows if r["kind"] == "inductor"), rows[0]["tok_s"])
+    print(f"model: {rows[0]['params'] / 1e6:.0f}M params, bf16, AdamW, batch {a.batch} x {a.seq}")
+    print(f"{'run':<28}{'tok/s':>10}{'vs inductor':>13}{'MFU':>8}{'first step s':>14}{'loss':>9}")
+    for r in rows:
+        peak = next((v for k, v in PEAK_BF16.items() if k in r["device"]), None)
+        mfu = 6 * r["params"] * r["tok_s"] / peak if peak else float("nan")
+        label = {"tpu": "torchtpu compiled (XLA CUDA)", "cuda": "torch eager (CUDA)", "inductor": "torch.compile (inductor)"}[r["kind"]]
+        print(f"{label:<28}{r['tok_s']:>10.0f}{r['tok_s'] / base:>12.2f}x{mfu:>8.1%}{r['first_s']:>14.1f}{r['loss']:>9.3f}")
+
+
+if __name__ == "__main__":
+    main()
