@@ -2,7 +2,7 @@
 median/nanmedian, kthvalue, mode, aminmax, cummax/cummin, logcumsumexp, renorm, logspace."""
 import pytest
 import torch
-from helpers import TPU, _compare, check, check_error, make
+from helpers import TPU, _compare, check, check_error, make, to_cpu
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
 
@@ -278,3 +278,16 @@ def test_logspace(dtype):
     _compare(g.cpu(), e, None, None)
     with pytest.raises(RuntimeError):
         torch.logspace(0, 1, -1, device=TPU)
+
+
+def test_compiled_graphs():
+    x = make((4, 6))
+    fns = [lambda t: torch.cummax(t, 1), lambda t: torch.cummin(t, 0), lambda t: torch.median(t, 1),
+           lambda t: torch.nanmedian(t), lambda t: torch.kthvalue(t, 2, 1), lambda t: torch.mode(t.round(), 1),
+           lambda t: torch.aminmax(t, dim=0), lambda t: torch.nansum(t, 1), lambda t: torch.logcumsumexp(t, 1),
+           lambda t: torch.renorm(t, 2, 0, 1.0)]
+    for f in fns:
+        expected = f(x)
+        got = torch.compile(f, backend="tpu")(x.to(TPU))
+        got = tuple(got) if isinstance(expected, tuple) else got
+        _compare(to_cpu(got), tuple(expected) if isinstance(expected, tuple) else expected, 1e-5, 1e-5)

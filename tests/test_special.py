@@ -2,7 +2,7 @@
 views, 0-d/empty tensors, gradients and errors."""
 import pytest
 import torch
-from helpers import TPU, _compare, check, check_error, make
+from helpers import TPU, _compare, check, check_error, make, to_cpu
 
 SHAPES = [(), (0,), (7,), (3, 5)]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
@@ -293,3 +293,20 @@ def test_errors():
     check_error(lambda x: x << 1, f)
     check_error(torch.bitwise_right_shift, i.bool(), i.bool())
     check_error(torch.xlogy, make((3, 4)), make((5,)))
+
+
+def test_compiled_graphs():
+    x = make((4, 6), low=0.1, high=3.0)
+    i = make((4, 6), torch.int64, low=1, high=30)
+    fns = [lambda t: torch.xlogy(t, t + 1), lambda t: torch.polygamma(2, t), lambda t: torch.special.i1e(t),
+           lambda t: torch.special.erfcx(t), lambda t: torch.logaddexp(t, 2 * t), lambda t: torch.frexp(t),
+           lambda t: torch.nan_to_num(t / 0), lambda t: torch.igamma(t, t + 0.5), lambda t: torch.special.zeta(t + 2, t),
+           lambda t: torch.logit(t / 4, 0.05), lambda t: torch.hypot(t, t - 1)]
+    for f in fns:
+        expected = f(x)
+        got = torch.compile(f, backend="tpu")(x.to(TPU))
+        if isinstance(expected, tuple):
+            got, expected = tuple(got), tuple(expected)
+        _compare(to_cpu(got), expected, 1e-5, 1e-5)
+    g = lambda a: torch.gcd(a, a + 6) << 1
+    _compare(to_cpu(torch.compile(g, backend="tpu")(i.to(TPU))), g(i), None, None)

@@ -22,6 +22,9 @@ pub fn register(r: &mut Registry) {
     r.add("aminmax", aminmax);
     r.add("_cummax_helper", |cx, a| cummax_cummin(cx, a, true));
     r.add("_cummin_helper", |cx, a| cummax_cummin(cx, a, false));
+    // The functional forms (compiled graphs keep them; eager goes through the helpers).
+    r.add("cummax", |cx, a| cummax_cummin(cx, a, true));
+    r.add("cummin", |cx, a| cummax_cummin(cx, a, false));
     r.add("_logcumsumexp", logcumsumexp);
     r.add("logcumsumexp", logcumsumexp);
     // p and maxnorm are validated, and p decides the norm's form.

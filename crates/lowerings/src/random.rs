@@ -25,6 +25,7 @@ pub fn register(r: &mut Registry) {
     r.add("randperm", randperm);
     r.add("_standard_gamma", standard_gamma);
     r.add("_sample_dirichlet", sample_dirichlet);
+    r.add("_standard_gamma_grad", standard_gamma_grad);
 }
 
 /// The most rounds a rejection sampler runs (each accepts with probability well above 1/2,
@@ -471,6 +472,173 @@ fn sample_dirichlet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let s = cx.broadcast_in_dim(s, &dims, &kept);
     let r = cx.div(g, s);
     one(cx.cast(r, x.dtype))
+}
+
+/// _standard_gamma_grad(self=alpha, output=x): d x / d alpha of Gamma(alpha) samples at fixed
+/// CDF (the reparameterization gradient), PyTorch's three regimes: a Taylor series for x < 0.8,
+/// Rice's saddle point expansion for alpha > 8, a bivariate rational approximation otherwise.
+fn standard_gamma_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let a = args.tensor("self")?;
+    let x = args.tensor("output")?;
+    check!(
+        matches!(a.dtype, DType::F32 | DType::F64),
+        NotImplemented,
+        "\"_standard_gamma_grad_cpu\" not implemented for '{}'",
+        a.dtype.torch_name()
+    );
+    let xv = cx.cast(x.v, a.dtype);
+    let vs = cx.broadcast_all(&[a.v, xv])?;
+    let (al, x) = (vs[0], vs[1]);
+    let dims = cx.dims(al);
+    let dt = a.dtype;
+    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
+    let one_ = c(cx, 1.0);
+    // Taylor series.
+    let mut numer = one_;
+    let mut denom = al;
+    let mut s1 = cx.div(numer, denom);
+    let dd = cx.mul(denom, denom);
+    let mut s2 = cx.div(numer, dd);
+    for i in 1..=5 {
+        let inv_i = c(cx, -1.0 / i as f64);
+        let t = cx.mul(x, inv_i);
+        numer = cx.mul(numer, t);
+        denom = cx.add(denom, one_);
+        let t1 = cx.div(numer, denom);
+        s1 = cx.add(s1, t1);
+        let dd = cx.mul(denom, denom);
+        let t2 = cx.div(numer, dd);
+        s2 = cx.add(s2, t2);
+    }
+    // -((log x - digamma(alpha)) cdf - x^alpha series2) / pdf with cdf = x^alpha series1 and
+    // pdf = x^(alpha - 1) e^-x, with x^alpha / pdf = x e^x taken first so that nothing
+    // underflows in float32 (PyTorch computes this in double).
+    let lx = cx.log(x);
+    let dg = cx.chlo("digamma", &[al]);
+    let t = cx.sub(lx, dg);
+    let t = cx.mul(t, s1);
+    let t = cx.sub(t, s2);
+    let ex = cx.exp(x);
+    let xe = cx.mul(x, ex);
+    let r = cx.mul(t, xe);
+    let taylor = cx.neg(r);
+    let zero = c(cx, 0.0);
+    let tn = cx.compare(CmpDir::Ne, taylor, taylor);
+    let taylor = cx.select(tn, zero, taylor);
+    // Rice saddle point, near the mode and away from it.
+    let aa = cx.mul(al, al);
+    let k12 = c(cx, 12.0);
+    let t = cx.mul(k12, al);
+    let t = cx.add(one_, t);
+    let k24 = c(cx, 24.0);
+    let t = cx.mul(k24, t);
+    let t = cx.mul(t, al);
+    let numer_1 = cx.add(one_, t);
+    let k1440 = c(cx, 1440.0);
+    let p1 = cx.mul(k1440, aa);
+    let k120 = c(cx, 120.0);
+    let t = cx.mul(k120, x);
+    let k53 = c(cx, 53.0);
+    let t = cx.sub(k53, t);
+    let k6 = c(cx, 6.0);
+    let t = cx.mul(t, x);
+    let p2 = cx.mul(k6, t);
+    let k65 = c(cx, 65.0);
+    let t = cx.mul(k65, x);
+    let t = cx.mul(t, x);
+    let p3 = cx.div(t, al);
+    let k3600 = c(cx, 3600.0);
+    let t = cx.mul(k3600, x);
+    let k107 = c(cx, 107.0);
+    let t = cx.add(k107, t);
+    let p4 = cx.mul(al, t);
+    let numer_2 = cx.add(p1, p2);
+    let numer_2 = cx.sub(numer_2, p3);
+    let numer_2 = cx.add(numer_2, p4);
+    let k1244160 = c(cx, 1244160.0);
+    let den = cx.mul(k1244160, aa);
+    let den = cx.mul(den, aa);
+    let near = cx.mul(numer_1, numer_2);
+    let near = cx.div(near, den);
+    let k8 = c(cx, 8.0);
+    let t = cx.mul(k8, al);
+    let denom = cx.sqrt(t);
+    let amx = cx.sub(al, x);
+    let term2 = cx.div(denom, amx);
+    let xa = cx.div(x, al);
+    let lxa = cx.log(xa);
+    let t = cx.mul(al, lxa);
+    let t3 = cx.sub(x, al);
+    let t3 = cx.sub(t3, t);
+    let km15 = c(cx, -1.5);
+    let term3 = cx.pow(t3, km15);
+    let below = cx.compare(CmpDir::Lt, x, al);
+    let d23 = cx.sub(term2, term3);
+    let s23 = cx.add(term2, term3);
+    let term23 = cx.select(below, d23, s23);
+    let t1 = cx.mul(lxa, term23);
+    let two = c(cx, 2.0);
+    let t = cx.div(two, al);
+    let t = cx.sqrt(t);
+    let apx = cx.add(al, x);
+    let t = cx.mul(t, apx);
+    let amx2 = cx.mul(amx, amx);
+    let t = cx.div(t, amx2);
+    let term1 = cx.sub(t1, t);
+    let t = cx.mul(k24, al);
+    let t = cx.div(one_, t);
+    let t = cx.add(one_, t);
+    let t12 = cx.mul(k12, al);
+    let t12 = cx.div(one_, t12);
+    let t = cx.mul(t12, t);
+    let stirling = cx.add(one_, t);
+    let numer = cx.mul(x, term1);
+    let far = cx.mul(stirling, numer);
+    let far = cx.div(far, denom);
+    let far = cx.neg(far);
+    let k09 = c(cx, 0.9);
+    let k11 = c(cx, 1.1);
+    let lo = cx.mul(k09, al);
+    let hi = cx.mul(k11, al);
+    let ge = cx.compare(CmpDir::Le, lo, x);
+    let le = cx.compare(CmpDir::Le, x, hi);
+    let in_band = cx.and(ge, le);
+    let rice = cx.select(in_band, near, far);
+    // Rational approximation in u = log(x / alpha), v = log(alpha).
+    const UV: [[f64; 8]; 3] = [
+        [0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1.0, 0.32668115, 0.10406089, 0.0014179084],
+        [0.53487893, 0.1298071, 0.065735949, -0.0015649758, 0.16639465, 0.020070113, -0.0035938915, -0.00058392623],
+        [0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367, -1.5247877e-07],
+    ];
+    let u = lxa;
+    let v = cx.log(al);
+    let mut cv = Vec::new();
+    for i in 0..8 {
+        let c2 = c(cx, UV[2][i]);
+        let t = cx.mul(u, c2);
+        let c1 = c(cx, UV[1][i]);
+        let t = cx.add(c1, t);
+        let t = cx.mul(u, t);
+        let c0 = c(cx, UV[0][i]);
+        cv.push(cx.add(c0, t));
+    }
+    let horner = |cx: &mut Cx, k: &[Value]| {
+        let t = cx.mul(v, k[3]);
+        let t = cx.add(k[2], t);
+        let t = cx.mul(v, t);
+        let t = cx.add(k[1], t);
+        let t = cx.mul(v, t);
+        cx.add(k[0], t)
+    };
+    let p = horner(cx, &cv[0..4]);
+    let q = horner(cx, &cv[4..8]);
+    let pq = cx.div(p, q);
+    let rational = cx.exp(pq);
+    let k08 = c(cx, 0.8);
+    let small_x = cx.compare(CmpDir::Lt, x, k08);
+    let big_a = cx.compare(CmpDir::Gt, al, k8);
+    let r = cx.select(big_a, rice, rational);
+    one(cx.select(small_x, taylor, r))
 }
 
 // ---- multinomial and randperm --------------------------------------------------------------------
