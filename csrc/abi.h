@@ -102,8 +102,9 @@ const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbyte
 // Aten ops ("name" or "name.overload") whose composite kernels the fallback must override:
 // NUL-separated, ending with an empty name.
 const char* tt_routed_ops(void);
-// Whether an aten op ("aten::add_") has a lowering.
-bool tt_has_lowering(const char* qualified_name);
+// Whether a structured aten op ("aten::add_", "Tensor") runs its lowering directly instead of
+// its generated composite (it has a lowering, and its composite is not needed).
+bool tt_route_structured(const char* qualified_name, const char* overload);
 
 int32_t tt_device_count(void);
 void tt_synchronize(int32_t device);

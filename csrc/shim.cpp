@@ -759,7 +759,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // functional and in-place forms directly instead: one call, no empty output to fill.
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const auto& name : dispatcher.getAllOpNames()) {
-    if (name.name.rfind("aten::", 0) != 0 || !tt_has_lowering(name.name.c_str())) continue;
+    if (name.name.rfind("aten::", 0) != 0 || !tt_route_structured(name.name.c_str(), name.overload_name.c_str())) {
+      continue;
+    }
     auto op = dispatcher.findOp(name);
     if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
         op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {

@@ -28,6 +28,7 @@ mod reductions;
 mod nn;
 mod indexing;
 mod shape_ops;
+mod spatial;
 mod special;
 mod order_stats;
 mod random;
@@ -65,6 +66,13 @@ pub struct Lowering {
     /// running statistics): written like declared ones, after them, in this order.
     pub writes: &'static [&'static str],
 }
+
+/// Structured ops whose generated composite (allocate the output, call out=) must stay:
+/// their output shape depends on data the composite's meta function computes.
+pub const KEEP_COMPOSITE: &[&str] = &[
+    // x[mask]: the composite sizes the output by counting the mask; the lowering reads it.
+    "index.Tensor",
+];
 
 /// Aten ops (with overload) whose CompositeExplicitAutograd kernel would shadow the boxed
 /// fallback on "tpu": the C++ shim registers the fallback for them explicitly, so that their
@@ -137,6 +145,7 @@ pub fn registry() -> &'static Registry {
         nn::register(&mut r);
         indexing::register(&mut r);
         shape_ops::register(&mut r);
+        spatial::register(&mut r);
         special::register(&mut r);
         order_stats::register(&mut r);
         random::register(&mut r);

@@ -208,11 +208,16 @@ pub extern "C" fn tt_routed_ops() -> *const c_char {
     .as_ptr() as *const c_char
 }
 
+/// Whether a structured op ("aten::add", "Tensor") should run its lowering directly rather
+/// than through its generated composite.
 #[no_mangle]
-pub extern "C" fn tt_has_lowering(qualified: *const c_char) -> bool {
+pub extern "C" fn tt_route_structured(qualified: *const c_char, overload: *const c_char) -> bool {
     catch_unwind(|| {
         let name = unsafe { CStr::from_ptr(qualified) }.to_string_lossy();
-        lowerings::registry().get(lowerings::base_name(&name)).is_some()
+        let overload = unsafe { CStr::from_ptr(overload) }.to_string_lossy();
+        let short = name.strip_prefix("aten::").unwrap_or(&name);
+        let full = if overload.is_empty() { short.to_string() } else { format!("{short}.{overload}") };
+        lowerings::registry().get(lowerings::base_name(&name)).is_some() && !lowerings::KEEP_COMPOSITE.contains(&full.as_str())
     })
     .unwrap_or(false)
 }
