@@ -2,7 +2,7 @@
 views, 0-d/empty tensors, gradients and errors."""
 import pytest
 import torch
-from helpers import TPU, _compare, check, check_error, make, to_cpu
+from helpers import TPU, _compare, check, check_error, check_inplace, make, to_cpu
 
 SHAPES = [(), (0,), (7,), (3, 5)]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
@@ -188,6 +188,15 @@ def test_promotion_and_scalars():
     check(lambda y: y >> 2, i.int())
     check(lambda y: torch.bitwise_left_shift(5, y.abs()), i)
     check(lambda y: torch.bitwise_right_shift(y, 1), i.to(torch.uint8))
+    # in-place shifts (x <<= n, x >>= t)
+    def ilshift(a, b):
+        a <<= b
+    def irshift(a, b):
+        a >>= b
+    check_inplace(ilshift, i, 3)
+    check_inplace(irshift, i.int(), torch.tensor(2))
+    check_inplace(ilshift, i.int(), i.abs() % 5)
+    check_inplace(lambda a, b: a.bitwise_right_shift_(b), i, 1)
     # out-of-range shift amounts
     sh = torch.tensor([-1, 0, 7, 8, 31, 32, 63, 64, 100])
     check(lambda a, b: a << b, torch.full((9,), -5), sh)

@@ -51,6 +51,9 @@ pub fn register(r: &mut Registry) {
     r.add("lcm", |cx, a| gcd_lcm(cx, a, true));
     r.add("__lshift__", |cx, a| shift(cx, a, true));
     r.add("__rshift__", |cx, a| shift(cx, a, false));
+    // `x <<= n` and `x >>= n` (in-place, written into self by the engine).
+    r.add("__ilshift__", |cx, a| shift(cx, a, true));
+    r.add("__irshift__", |cx, a| shift(cx, a, false));
     r.add("bitwise_left_shift", |cx, a| shift(cx, a, true));
     r.add("bitwise_right_shift", |cx, a| shift(cx, a, false));
     r.add("nan_to_num", nan_to_num);
