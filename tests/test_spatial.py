@@ -344,6 +344,17 @@ def test_grid_sample(mode, padding_mode, align_corners):
     run(fn, x.bfloat16(), grid.bfloat16(), tol=dict(atol=0, rtol=0), grad=False)
 
 
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_grid_sample_3d(mode, padding_mode):
+    x = make((2, 3, 4, 5, 6))
+    grid = make((2, 3, 4, 2, 3), low=-1.2, high=1.2)
+    for align_corners in (False, True):
+        fn = lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding_mode, align_corners=align_corners)  # noqa: E731
+        run(fn, x, grid, tol=dict(atol=1e-4, rtol=1e-4))
+        run(fn, x.bfloat16(), grid.bfloat16(), tol=dict(atol=0, rtol=0), grad=False)
+
+
 def test_affine_grid_sample():
     x = make((2, 3, 8, 8))
     theta = torch.tensor([[[0.9, -0.2, 0.1], [0.3, 1.1, -0.2]], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]])
@@ -422,5 +433,6 @@ def test_errors():
     check_error(lambda c: F.fold(c, (5, 6), 2), make((2, 10, 20)))
     check_error(lambda x, g: F.grid_sample(x, g, align_corners=False), x, make((2, 4, 4, 2), torch.float64))
     check_error(lambda x, g: F.grid_sample(x, g, align_corners=False), x, make((3, 4, 4, 2)))
+    check_error(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False), make((1, 2, 3, 3, 3)), make((1, 2, 2, 2, 3)))
     y, i = F.max_pool2d(x, 2, return_indices=True)
     check_error(lambda y, i: F.max_unpool2d(y, i, 2), y, i.int())

@@ -75,8 +75,10 @@ pub fn register(r: &mut Registry) {
     r.add("replication_pad3d_backward", |cx, a| pad_backward(cx, a, 3, false));
     r.add("im2col", im2col);
     r.add("col2im", col2im);
-    r.add("grid_sampler_2d", grid_sampler_2d);
-    r.add("grid_sampler_2d_backward", grid_sampler_2d_backward);
+    r.add("grid_sampler_2d", |cx, a| grid_sampler(cx, a, 2));
+    r.add("grid_sampler_3d", |cx, a| grid_sampler(cx, a, 3));
+    r.add("grid_sampler_2d_backward", |cx, a| grid_sampler_backward(cx, a, 2));
+    r.add("grid_sampler_3d_backward", |cx, a| grid_sampler_backward(cx, a, 3));
 }
 
 // ---- shared helpers ---------------------------------------------------------------------------
@@ -1890,18 +1892,16 @@ fn col2im(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 // ---- grid sampling ----------------------------------------------------------------------------
 
-/// One sampling position per output point (dims G = N, Ho, Wo): x (width) and y (height)
-/// coordinates in the work dtype.
+/// The sampling coordinates of every output point (dims G = N + output spatial dims), one per
+/// spatial dim in the input's dim order (2-d: y, x; 3-d: z, y, x), in the work dtype.
 struct Grid {
-    x: Value,
-    y: Value,
+    c: Vec<Value>,
 }
 
-/// A sampled tap: integer coordinates (int64, G), the weight (work dtype, G) and whether the
-/// tap lies inside the image (i1, G).
+/// A sampled tap: integer coordinates (int64, G, input dim order), the weight (work dtype, G)
+/// and whether the tap lies inside the image (i1, G).
 struct Tap {
-    xi: Value,
-    yi: Value,
+    idx: Vec<Value>,
     w: Value,
     inside: Value,
 }
@@ -2004,77 +2004,91 @@ fn gs_source(cx: &mut Cx, c: Value, size: i64, padding: i64, align_corners: bool
     (v, g)
 }
 
-/// A tap at float coordinates that are whole numbers (G, work dtype), with weight `w`.
-fn gs_tap(cx: &mut Cx, xf: Value, yf: Value, w: Value, h: i64, wd: i64) -> Tap {
-    let zero = splat(cx, 0.0, xf);
-    let wmax = splat(cx, (wd - 1) as f64, xf);
-    let hmax = splat(cx, (h - 1) as f64, yf);
-    let a = cx.compare(CmpDir::Ge, xf, zero);
-    let b = cx.compare(CmpDir::Le, xf, wmax);
-    let c = cx.compare(CmpDir::Ge, yf, zero);
-    let d = cx.compare(CmpDir::Le, yf, hmax);
-    let ab = cx.and(a, b);
-    let cd = cx.and(c, d);
-    let inside = cx.and(ab, cd);
-    // Clamp (NaN coordinates go to 0) so that the gather stays in range; outside taps are
-    // masked anyway.
-    let cxf = cx.clamp(zero, xf, wmax);
-    let cyf = cx.clamp(zero, yf, hmax);
-    let xi = cx.convert(cxf, I64);
-    let yi = cx.convert(cyf, I64);
-    Tap { xi, yi, w, inside }
+/// A tap at float coordinates that are whole numbers (G, work dtype; input dim order) with
+/// weight `w`, in an image of spatial `sizes`.
+fn gs_tap(cx: &mut Cx, coords: &[Value], w: Value, sizes: &[i64]) -> Tap {
+    let mut inside: Option<Value> = None;
+    let mut idx = Vec::new();
+    for (&c, &size) in coords.iter().zip(sizes) {
+        let zero = splat(cx, 0.0, c);
+        let hi = splat(cx, (size - 1) as f64, c);
+        let a = cx.compare(CmpDir::Ge, c, zero);
+        let b = cx.compare(CmpDir::Le, c, hi);
+        let ab = cx.and(a, b);
+        inside = Some(match inside {
+            None => ab,
+            Some(v) => cx.and(v, ab),
+        });
+        // Clamp (NaN goes to 0) so that the gather stays in range; outside taps are masked.
+        let cl = cx.clamp(zero, c, hi);
+        idx.push(cx.convert(cl, I64));
+    }
+    Tap { idx, w, inside: inside.unwrap() }
 }
 
-/// The (N, Ho, Wo, 3) gather/scatter indices (n, y, x) of a tap.
+/// The (G..., 1 + n) gather/scatter indices (batch, coordinates) of a tap.
 fn gs_indices(cx: &mut Cx, t: &Tap) -> Value {
-    let g = cx.dims(t.xi);
+    let g = cx.dims(t.w);
     let ty = TensorType::new(I64, &g);
     let n = cx.iota(&ty, 0);
     let mut shp = g.clone();
     shp.push(1);
-    let parts: Vec<Value> = [n, t.yi, t.xi].iter().map(|&v| cx.reshape(v, &shp)).collect();
-    cx.concatenate(&parts, 3)
+    let mut parts = vec![cx.reshape(n, &shp)];
+    for &i in &t.idx {
+        parts.push(cx.reshape(i, &shp));
+    }
+    cx.concatenate(&parts, g.len() as i64)
 }
 
-/// Input values (N, H, W, C layout) at a tap: (N, Ho, Wo, C), zero outside the image.
-fn gs_read(cx: &mut Cx, nhwc: Value, t: &Tap) -> Value {
-    let idx = gs_indices(cx, t);
-    let c = cx.dims(nhwc)[3];
-    let dn = GatherDims {
-        offset_dims: vec![3],
-        collapsed_slice_dims: vec![0, 1, 2],
-        start_index_map: vec![0, 1, 2],
-        index_vector_dim: 3,
+fn gs_gather_dims(r: usize) -> GatherDims {
+    GatherDims {
+        offset_dims: vec![r as i64 - 1],
+        collapsed_slice_dims: (0..r as i64 - 1).collect(),
+        start_index_map: (0..r as i64 - 1).collect(),
+        index_vector_dim: r as i64 - 1,
         ..Default::default()
-    };
-    let v = cx.gather(nhwc, idx, &dn, &[1, 1, 1, c], false);
+    }
+}
+
+/// Input values (channels-last layout N, S..., C) at a tap: (G..., C), zero outside the image.
+fn gs_read(cx: &mut Cx, chlast: Value, t: &Tap) -> Value {
+    let idx = gs_indices(cx, t);
+    let d = cx.dims(chlast);
+    let r = d.len();
+    let mut slice = vec![1; r];
+    slice[r - 1] = d[r - 1];
+    let v = cx.gather(chlast, idx, &gs_gather_dims(r), &slice, false);
     let dims = cx.dims(v);
-    let m = cx.broadcast_in_dim(t.inside, &dims, &[0, 1, 2]);
+    let bd: Vec<i64> = (0..r as i64 - 1).collect();
+    let m = cx.broadcast_in_dim(t.inside, &dims, &bd);
     let z = splat(cx, 0.0, v);
     cx.select(m, v, z)
 }
 
-/// Adds `upd` (N, Ho, Wo, C) into `acc` (N, H, W, C) at a tap (outside taps dropped).
+/// Adds `upd` (G..., C) into `acc` (N, S..., C) at a tap (outside taps dropped).
 fn gs_write(cx: &mut Cx, acc: Value, t: &Tap, upd: Value) -> Value {
     let idx = gs_indices(cx, t);
     let dims = cx.dims(upd);
-    let m = cx.broadcast_in_dim(t.inside, &dims, &[0, 1, 2]);
+    let r = dims.len();
+    let bd: Vec<i64> = (0..r as i64 - 1).collect();
+    let m = cx.broadcast_in_dim(t.inside, &dims, &bd);
     let z = splat(cx, 0.0, upd);
     let upd = cx.select(m, upd, z);
     let dn = ScatterDims {
-        update_window_dims: vec![3],
-        inserted_window_dims: vec![0, 1, 2],
-        scatter_dims_to_operand_dims: vec![0, 1, 2],
-        index_vector_dim: 3,
+        update_window_dims: vec![r as i64 - 1],
+        inserted_window_dims: (0..r as i64 - 1).collect(),
+        scatter_dims_to_operand_dims: (0..r as i64 - 1).collect(),
+        index_vector_dim: r as i64 - 1,
         ..Default::default()
     };
     cx.scatter(acc, idx, upd, &dn, |b, x, y| b.add(x, y))
 }
 
-/// x * w with w (G) broadcast over channels of x (G + C).
+/// x * w with w (G) broadcast over the channels (last dim) of x.
 fn gs_weigh(cx: &mut Cx, v: Value, w: Value) -> Value {
     let dims = cx.dims(v);
-    let wb = cx.broadcast_in_dim(w, &dims, &[0, 1, 2]);
+    let bd: Vec<i64> = (0..dims.len() as i64 - 1).collect();
+    let wb = cx.broadcast_in_dim(w, &dims, &bd);
     cx.mul(v, wb)
 }
 
@@ -2156,95 +2170,134 @@ fn gs_cubic_grad(cx: &mut Cx, t: Value) -> [Value; 4] {
     [cx.neg(g0), cx.neg(g1), cx.neg(g2), cx.neg(g3)]
 }
 
-/// What a grid sample reads: its taps, and for the grid gradient, per tap the derivative of
-/// the weight with respect to the x and y pixel coordinates, plus d(pixel)/d(grid).
+/// What a grid sample reads: its taps; for the grid gradient, per tap the derivative of its
+/// weight with respect to each pixel coordinate (input dim order), and per dim
+/// d(pixel)/d(grid).
 struct Sampling {
     taps: Vec<Tap>,
-    dw_dx: Vec<Option<Value>>,
-    dw_dy: Vec<Option<Value>>,
-    gx_mult: Value,
-    gy_mult: Value,
-    /// Bicubic: the x and y coefficients (taps are 4 rows of 4, row-major), summed per row first.
+    dw: Vec<Vec<Value>>,
+    mult: Vec<Value>,
+    /// Bicubic: the y and x coefficients (16 taps, row-major); rows are summed first.
     cubic: Option<([Value; 4], [Value; 4])>,
 }
 
-fn gs_sampling(cx: &mut Cx, g: &Grid, h: i64, w: i64, mode: i64, padding: i64, align_corners: bool) -> Sampling {
-    match mode {
-        // Bicubic: 4x4 taps around the unnormalized point, each mapped by the padding mode.
-        2 => {
-            let (ix, gx_mult) = gs_unnormalize(cx, g.x, w, align_corners);
-            let (iy, gy_mult) = gs_unnormalize(cx, g.y, h, align_corners);
-            let x0 = cx.floor(ix);
-            let y0 = cx.floor(iy);
-            let tx = cx.sub(ix, x0);
-            let ty = cx.sub(iy, y0);
-            let wx = gs_cubic(cx, tx);
-            let wy = gs_cubic(cx, ty);
-            let dwx = gs_cubic_grad(cx, tx);
-            let dwy = gs_cubic_grad(cx, ty);
-            let (gxm, gym) = (splat(cx, gx_mult, g.x), splat(cx, gy_mult, g.y));
-            let mut s = Sampling { taps: vec![], dw_dx: vec![], dw_dy: vec![], gx_mult: gxm, gy_mult: gym, cubic: Some((wx, wy)) };
-            for i in 0..4 {
-                let oy = splat(cx, i as f64 - 1.0, y0);
-                let yf = cx.add(y0, oy);
-                let (yf, _) = gs_pad_coords(cx, yf, h, padding, align_corners);
-                for j in 0..4 {
-                    let ox = splat(cx, j as f64 - 1.0, x0);
-                    let xf = cx.add(x0, ox);
-                    let (xf, _) = gs_pad_coords(cx, xf, w, padding, align_corners);
-                    let wt = cx.mul(wx[j], wy[i]);
-                    let tap = gs_tap(cx, xf, yf, wt, h, w);
-                    s.taps.push(tap);
-                    s.dw_dx.push(Some(cx.mul(dwx[j], wy[i])));
-                    s.dw_dy.push(Some(cx.mul(wx[j], dwy[i])));
-                }
-            }
-            s
-        }
-        _ => {
-            let (ix, gx_mult) = gs_source(cx, g.x, w, padding, align_corners);
-            let (iy, gy_mult) = gs_source(cx, g.y, h, padding, align_corners);
-            if mode == 1 {
-                let xr = cx.round_nearest_even(ix);
-                let yr = cx.round_nearest_even(iy);
-                let one = splat(cx, 1.0, ix);
-                let tap = gs_tap(cx, xr, yr, one, h, w);
-                return Sampling { taps: vec![tap], dw_dx: vec![None], dw_dy: vec![None], gx_mult, gy_mult, cubic: None };
-            }
-            // Bilinear, with the CPU kernel's weights: w = x - floor(x), e = 1 - w, ...
-            let xw = cx.floor(ix);
-            let yn = cx.floor(iy);
-            let wgt = cx.sub(ix, xw);
-            let one = splat(cx, 1.0, ix);
-            let e = cx.sub(one, wgt);
-            let n = cx.sub(iy, yn);
-            let sth = cx.sub(one, n);
-            let xe = cx.add(xw, one);
-            let ys = cx.add(yn, one);
-            let ne_ = cx.neg(sth);
-            let nn_ = cx.neg(n);
-            let ee_ = cx.neg(e);
-            let ww_ = cx.neg(wgt);
-            // (x, y, weight, d weight/dx, d weight/dy)
-            let corners = [
-                (xw, yn, cx.mul(sth, e), ne_, ee_),
-                (xe, yn, cx.mul(sth, wgt), sth, ww_),
-                (xw, ys, cx.mul(n, e), nn_, e),
-                (xe, ys, cx.mul(n, wgt), n, wgt),
-            ];
-            let mut s = Sampling { taps: vec![], dw_dx: vec![], dw_dy: vec![], gx_mult, gy_mult, cubic: None };
-            for (xf, yf, wt, dx, dy) in corners {
-                let tap = gs_tap(cx, xf, yf, wt, h, w);
+fn gs_sampling(cx: &mut Cx, g: &Grid, sizes: &[i64], mode: i64, padding: i64, align_corners: bool) -> Sampling {
+    let n = sizes.len();
+    if mode == 2 {
+        // Bicubic (2-d only): 4x4 taps around the unnormalized point, each mapped by the
+        // padding mode; the weights' derivatives do not go through the padding.
+        let (h, w) = (sizes[0], sizes[1]);
+        let (iy, gy_mult) = gs_unnormalize(cx, g.c[0], h, align_corners);
+        let (ix, gx_mult) = gs_unnormalize(cx, g.c[1], w, align_corners);
+        let x0 = cx.floor(ix);
+        let y0 = cx.floor(iy);
+        let tx = cx.sub(ix, x0);
+        let ty = cx.sub(iy, y0);
+        let wx = gs_cubic(cx, tx);
+        let wy = gs_cubic(cx, ty);
+        let dwx = gs_cubic_grad(cx, tx);
+        let dwy = gs_cubic_grad(cx, ty);
+        let mult = vec![splat(cx, gy_mult, iy), splat(cx, gx_mult, ix)];
+        let mut s = Sampling { taps: vec![], dw: vec![], mult, cubic: Some((wy, wx)) };
+        for i in 0..4 {
+            let oy = splat(cx, i as f64 - 1.0, y0);
+            let yf = cx.add(y0, oy);
+            let (yf, _) = gs_pad_coords(cx, yf, h, padding, align_corners);
+            for j in 0..4 {
+                let ox = splat(cx, j as f64 - 1.0, x0);
+                let xf = cx.add(x0, ox);
+                let (xf, _) = gs_pad_coords(cx, xf, w, padding, align_corners);
+                let wt = cx.mul(wx[j], wy[i]);
+                let tap = gs_tap(cx, &[yf, xf], wt, sizes);
                 s.taps.push(tap);
-                s.dw_dx.push(Some(dx));
-                s.dw_dy.push(Some(dy));
+                let d_y = cx.mul(wx[j], dwy[i]);
+                let d_x = cx.mul(dwx[j], wy[i]);
+                s.dw.push(vec![d_y, d_x]);
             }
-            s
+        }
+        return s;
+    }
+    let mut pix = Vec::new();
+    let mut mult = Vec::new();
+    for d in 0..n {
+        let (p, m) = gs_source(cx, g.c[d], sizes[d], padding, align_corners);
+        pix.push(p);
+        mult.push(m);
+    }
+    if mode == 1 {
+        let rounded: Vec<Value> = pix.iter().map(|&p| cx.round_nearest_even(p)).collect();
+        let one = splat(cx, 1.0, pix[0]);
+        let tap = gs_tap(cx, &rounded, one, sizes);
+        let zero = splat(cx, 0.0, pix[0]);
+        return Sampling { taps: vec![tap], dw: vec![vec![zero; n]], mult, cubic: None };
+    }
+    let mut s = Sampling { taps: vec![], dw: vec![], mult, cubic: None };
+    if n == 2 {
+        // Bilinear with the vectorized CPU kernel's weights: w = x - floor(x), e = 1 - w, ...
+        let (iy, ix) = (pix[0], pix[1]);
+        let xw = cx.floor(ix);
+        let yn = cx.floor(iy);
+        let wgt = cx.sub(ix, xw);
+        let one = splat(cx, 1.0, ix);
+        let e = cx.sub(one, wgt);
+        let nn = cx.sub(iy, yn);
+        let sth = cx.sub(one, nn);
+        let xe = cx.add(xw, one);
+        let ys = cx.add(yn, one);
+        let (msth, mnn, me, mw) = (cx.neg(sth), cx.neg(nn), cx.neg(e), cx.neg(wgt));
+        // (y, x, weight, d weight/dy, d weight/dx)
+        let corners = [
+            (yn, xw, cx.mul(sth, e), me, msth),
+            (yn, xe, cx.mul(sth, wgt), mw, sth),
+            (ys, xw, cx.mul(nn, e), e, mnn),
+            (ys, xe, cx.mul(nn, wgt), wgt, nn),
+        ];
+        for (yf, xf, wt, dy, dx) in corners {
+            let tap = gs_tap(cx, &[yf, xf], wt, sizes);
+            s.taps.push(tap);
+            s.dw.push(vec![dy, dx]);
+        }
+        return s;
+    }
+    // Trilinear with the scalar CPU kernel's weights: products of (x1 - x) or (x - x0) factors
+    // taken in x, y, z order; corners z-major.
+    let (iz, iy, ix) = (pix[0], pix[1], pix[2]);
+    let lo: Vec<Value> = [iz, iy, ix].iter().map(|&p| cx.floor(p)).collect();
+    let one = splat(cx, 1.0, ix);
+    let hi: Vec<Value> = lo.iter().map(|&l| cx.add(l, one)).collect();
+    let p = [iz, iy, ix];
+    // factor[d][b]: the weight factor of dim d for the low (b = 0) or high (b = 1) corner.
+    let mut factor = Vec::new();
+    for d in 0..3 {
+        let f0 = cx.sub(hi[d], p[d]);
+        let f1 = cx.sub(p[d], lo[d]);
+        factor.push([f0, f1]);
+    }
+    for bz in 0..2 {
+        for by in 0..2 {
+            for bx in 0..2 {
+                let b = [bz, by, bx];
+                let (fz, fy, fx) = (factor[0][bz], factor[1][by], factor[2][bx]);
+                let fxy = cx.mul(fx, fy);
+                let wt = cx.mul(fxy, fz);
+                let coords: Vec<Value> = (0..3).map(|d| if b[d] == 0 { lo[d] } else { hi[d] }).collect();
+                let tap = gs_tap(cx, &coords, wt, sizes);
+                s.taps.push(tap);
+                // d weight / d coordinate: the other two factors, signed by the corner side.
+                let mut dws = Vec::new();
+                for d in 0..3 {
+                    let others: Vec<Value> = (0..3).filter(|&e| e != d).map(|e| factor[e][b[e]]).collect();
+                    let prod = cx.mul(others[0], others[1]);
+                    dws.push(if b[d] == 0 { cx.neg(prod) } else { prod });
+                }
+                s.dw.push(dws);
+            }
         }
     }
+    s
 }
 
-fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor) -> Result<()> {
+fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor, n: usize, mode: i64) -> Result<()> {
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
     check!(
@@ -2255,11 +2308,17 @@ fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor) -> Result<(
         grid.dtype.torch_name()
     );
     check!(
-        id.len() == 4 && gd.len() == 4,
+        id.len() == n + 2 && gd.len() == n + 2,
         Runtime,
-        "grid_sampler(): expected 4D input and grid with same number of dimensions, but got input with sizes {} and grid with sizes {}",
+        "grid_sampler(): expected {}D input and grid with same number of dimensions, but got input with sizes {} and grid with sizes {}",
+        n + 2,
         shape_str(&id),
         shape_str(&gd)
+    );
+    check!(
+        !(n == 3 && mode == 2),
+        Runtime,
+        "grid_sampler(): bicubic interpolation only supports 4D input"
     );
     check!(
         id[0] == gd[0],
@@ -2269,21 +2328,23 @@ fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor) -> Result<(
         shape_str(&gd)
     );
     check!(
-        gd[3] == 2,
+        gd[n + 1] == n as i64,
         Runtime,
-        "grid_sampler(): expected grid to have size 2 in last dimension, but got grid with sizes {}",
+        "grid_sampler(): expected grid to have size {} in last dimension, but got grid with sizes {}",
+        n,
         shape_str(&gd)
     );
-    for i in 2..4 {
+    for (i, &d) in id.iter().enumerate().skip(2) {
         check!(
-            id[i] > 0,
+            d > 0,
             Runtime,
             "grid_sampler(): expected input to have non-empty spatial dimensions, but input has sizes {} with dimension {} being empty",
             shape_str(&id),
             i
         );
     }
-    dtype_check(is_floating(input.dtype), "grid_sampler_2d_cpu_kernel_impl", input.dtype)
+    let kernel = if n == 2 { "grid_sampler_2d_cpu_kernel_impl" } else { "grid_sampler3d_cpu" };
+    dtype_check(is_floating(input.dtype), kernel, input.dtype)
 }
 
 fn grid_modes(args: &Args) -> Result<(i64, i64, bool)> {
@@ -2294,50 +2355,63 @@ fn grid_modes(args: &Args) -> Result<(i64, i64, bool)> {
     Ok((mode, padding, args.bool("align_corners")?))
 }
 
-/// The dtype grid sampling computes in: the input's, as PyTorch's CPU kernel (its vectorized
-/// path rounds every operation of a 16-bit input to that type).
-fn grid_work(d: DType) -> DType {
-    d
+/// The grid's coordinate planes (G dims) in input dim order, in the input's dtype: PyTorch's
+/// CPU kernels compute in it (their 16-bit arithmetic rounds every operation).
+fn grid_planes(cx: &mut Cx, grid: Value) -> Grid {
+    let gd = cx.dims(grid);
+    let r = gd.len();
+    let n = gd[r - 1] as usize;
+    let g: Vec<i64> = gd[..r - 1].to_vec();
+    let mut c = Vec::new();
+    for k in (0..n).rev() {
+        let mut start = vec![0; r];
+        start[r - 1] = k as i64;
+        let mut limit = gd.clone();
+        limit[r - 1] = k as i64 + 1;
+        let p = cx.slice(grid, &start, &limit, &vec![1; r]);
+        c.push(cx.reshape(p, &g));
+    }
+    Grid { c }
 }
 
-/// The grid's x and y planes (N, Ho, Wo) in the work dtype.
-fn grid_planes(cx: &mut Cx, grid: Value, work: DType) -> Grid {
-    let gv = cx.cast(grid, work);
-    let gd = cx.dims(gv);
-    let x = cx.slice(gv, &[0, 0, 0, 0], &[gd[0], gd[1], gd[2], 1], &[1; 4]);
-    let y = cx.slice(gv, &[0, 0, 0, 1], &[gd[0], gd[1], gd[2], 2], &[1; 4]);
-    let g3 = &gd[..3];
-    Grid { x: cx.reshape(x, g3), y: cx.reshape(y, g3) }
+/// Channels-last permutation of an (N, C, S...) tensor and its inverse.
+fn chlast_perms(r: usize) -> (Vec<i64>, Vec<i64>) {
+    let mut to: Vec<i64> = vec![0];
+    to.extend(2..r as i64);
+    to.push(1);
+    let mut back: Vec<i64> = vec![0, r as i64 - 1];
+    back.extend(1..r as i64 - 1);
+    (to, back)
 }
 
-/// grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners): bilinear,
-/// nearest or bicubic samples with zeros, border or reflection padding.
-fn grid_sampler_2d(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+/// grid_sampler_2d / grid_sampler_3d(input, grid, interpolation_mode, padding_mode,
+/// align_corners): bilinear/trilinear, nearest or (2-d) bicubic samples with zeros, border or
+/// reflection padding.
+fn grid_sampler(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let input = args.tensor("input")?;
     let grid = args.tensor("grid")?;
-    grid_checks(cx, &input, &grid)?;
     let (mode, padding, align_corners) = grid_modes(args)?;
+    grid_checks(cx, &input, &grid, n, mode)?;
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
-    let (n, c, h, w) = (id[0], id[1], id[2], id[3]);
-    let out_dims = [n, c, gd[1], gd[2]];
+    let mut out_dims = vec![id[0], id[1]];
+    out_dims.extend_from_slice(&gd[1..n + 1]);
     if product(&out_dims) == 0 {
         return one(zeros(cx, input.dtype, &out_dims));
     }
-    let work = grid_work(input.dtype);
-    let xv = cx.cast(input.v, work);
-    let nhwc = cx.transpose(xv, &[0, 2, 3, 1]);
-    let g = grid_planes(cx, grid.v, work);
-    let s = gs_sampling(cx, &g, h, w, mode, padding, align_corners);
+    let (to, back) = chlast_perms(n + 2);
+    let chl = cx.transpose(input.v, &to);
+    let g = grid_planes(cx, grid.v);
+    let s = gs_sampling(cx, &g, &id[2..], mode, padding, align_corners);
     let sum = |cx: &mut Cx, terms: Vec<Value>| terms.into_iter().reduce(|a, b| cx.add(a, b)).unwrap();
     let y = match s.cubic {
         // Rows interpolated along x first, then the rows along y, as the CPU kernel does.
-        Some((wx, wy)) => {
+        Some((wy, wx)) => {
             let mut rows = Vec::new();
             for i in 0..4 {
                 let mut terms = Vec::new();
                 for j in 0..4 {
-                    let v = gs_read(cx, nhwc, &s.taps[4 * i + j]);
+                    let v = gs_read(cx, chl, &s.taps[4 * i + j]);
                     terms.push(gs_weigh(cx, v, wx[j]));
                 }
                 let row = sum(cx, terms);
@@ -2348,33 +2422,34 @@ fn grid_sampler_2d(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         None => {
             let mut terms = Vec::new();
             for t in &s.taps {
-                let v = gs_read(cx, nhwc, t);
+                let v = gs_read(cx, chl, t);
                 terms.push(gs_weigh(cx, v, t.w));
             }
             sum(cx, terms)
         }
     };
-    let y = cx.transpose(y, &[0, 3, 1, 2]);
-    one(cx.cast(y, input.dtype))
+    one(cx.transpose(y, &back))
 }
 
-/// grid_sampler_2d_backward(grad_output, input, grid, ..., output_mask) -> (grad_input,
+/// grid_sampler_{2,3}d_backward(grad_output, input, grid, ..., output_mask) -> (grad_input,
 /// grad_grid). Outputs not asked for come back as zeros.
-fn grid_sampler_2d_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+fn grid_sampler_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let gout = args.tensor("grad_output")?;
     let input = args.tensor("input")?;
     let grid = args.tensor("grid")?;
-    grid_checks(cx, &input, &grid)?;
     let (mode, padding, align_corners) = grid_modes(args)?;
+    grid_checks(cx, &input, &grid, n, mode)?;
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
-    let (n, c, h, w) = (id[0], id[1], id[2], id[3]);
     let god = cx.dims(gout.v);
+    let mut want = vec![id[0], id[1]];
+    want.extend_from_slice(&gd[1..n + 1]);
     check!(
-        god == [n, c, gd[1], gd[2]],
+        god == want,
         Runtime,
-        "grid_sampler_2d_backward(): expected grad_output of shape {} but got {}",
-        shape_str(&[n, c, gd[1], gd[2]]),
+        "grid_sampler_{}d_backward(): expected grad_output of shape {} but got {}",
+        n,
+        shape_str(&want),
         shape_str(&god)
     );
     if product(&god) == 0 {
@@ -2382,50 +2457,47 @@ fn grid_sampler_2d_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let gg = zeros(cx, grid.dtype, &gd);
         return Ok(vec![Out::Tensor(gi), Out::Tensor(gg)]);
     }
-    let work = grid_work(input.dtype);
-    let xv = cx.cast(input.v, work);
-    let nhwc = cx.transpose(xv, &[0, 2, 3, 1]);
-    let go = cx.cast(gout.v, work);
-    let go = cx.transpose(go, &[0, 2, 3, 1]);
-    let g = grid_planes(cx, grid.v, work);
-    let s = gs_sampling(cx, &g, h, w, mode, padding, align_corners);
-    let mut gi = zeros(cx, work, &[n, h, w, c]);
-    let mut gx: Option<Value> = None;
-    let mut gy: Option<Value> = None;
+    let (to, back) = chlast_perms(n + 2);
+    let chl = cx.transpose(input.v, &to);
+    let go = cx.cast(gout.v, input.dtype);
+    let go = cx.transpose(go, &to);
+    let g = grid_planes(cx, grid.v);
+    let s = gs_sampling(cx, &g, &id[2..], mode, padding, align_corners);
+    let chl_dims = cx.dims(chl);
+    let mut gi = zeros(cx, input.dtype, &chl_dims);
+    let mut gc: Vec<Option<Value>> = vec![None; n];
+    let cdim = god.len() as i64 - 1;
     for (k, t) in s.taps.iter().enumerate() {
         let upd = gs_weigh(cx, go, t.w);
         gi = gs_write(cx, gi, t, upd);
-        if let (Some(dx), Some(dy)) = (s.dw_dx[k], s.dw_dy[k]) {
-            // Sum over channels of grad * value, times the weight's derivatives.
-            let v = gs_read(cx, nhwc, t);
-            let pv = cx.mul(v, go);
-            let sv = crate::reductions::reduce(cx, pv, &[3], crate::reductions::Red::Sum);
-            let ax = cx.mul(sv, dx);
-            let ay = cx.mul(sv, dy);
-            gx = Some(match gx {
-                None => ax,
-                Some(a) => cx.add(a, ax),
-            });
-            gy = Some(match gy {
-                None => ay,
-                Some(a) => cx.add(a, ay),
+        if mode == 1 {
+            continue;
+        }
+        // Sum over channels of grad * value, times the weight's derivatives.
+        let v = gs_read(cx, chl, t);
+        let pv = cx.mul(v, go);
+        let sv = crate::reductions::reduce(cx, pv, &[cdim], crate::reductions::Red::Sum);
+        for d in 0..n {
+            let a = cx.mul(sv, s.dw[k][d]);
+            gc[d] = Some(match gc[d] {
+                None => a,
+                Some(acc) => cx.add(acc, a),
             });
         }
     }
-    let gi = cx.transpose(gi, &[0, 3, 1, 2]);
-    let gi = cx.cast(gi, input.dtype);
-    let gg = match (gx, gy) {
-        (Some(gx), Some(gy)) => {
-            let gx = cx.mul(gx, s.gx_mult);
-            let gy = cx.mul(gy, s.gy_mult);
-            let mut shp = cx.dims(gx);
-            shp.push(1);
-            let gx = cx.reshape(gx, &shp);
-            let gy = cx.reshape(gy, &shp);
-            cx.concatenate(&[gx, gy], 3)
+    let gi = cx.transpose(gi, &back);
+    let gg = if mode == 1 {
+        zeros(cx, grid.dtype, &gd)
+    } else {
+        // The grid's last dim holds x, y(, z): the input dim order reversed.
+        let mut shp = gd[..n + 1].to_vec();
+        shp.push(1);
+        let mut parts = Vec::new();
+        for d in (0..n).rev() {
+            let v = cx.mul(gc[d].unwrap(), s.mult[d]);
+            parts.push(cx.reshape(v, &shp));
         }
-        _ => zeros(cx, work, &gd),
+        cx.concatenate(&parts, n as i64 + 1)
     };
-    let gg = cx.cast(gg, grid.dtype);
     Ok(vec![Out::Tensor(gi), Out::Tensor(gg)])
 }
