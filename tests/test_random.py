@@ -251,3 +251,27 @@ def test_standard_gamma_grad():
     torch.distributions.Gamma(conc, torch.ones(3, device=TPU)).rsample((100,)).sum().backward()
     grad = conc.grad.cpu()
     assert torch.isfinite(grad).all() and (grad > 0).all()
+
+
+def test_dirichlet_grad():
+    # Beta(alpha, beta) samples in all four regimes (near 0, near 1, both parameters large,
+    # the rational approximation)
+    gen = torch.Generator().manual_seed(0)
+    alpha = torch.exp(torch.empty(3000).uniform_(-3, 4, generator=gen))
+    beta = torch.exp(torch.empty(3000).uniform_(-3, 4, generator=gen))
+    x = torch.distributions.Beta(alpha, beta).sample().clamp(1e-6, 1 - 1e-6)
+    total = alpha + beta
+    for dtype, tol in [(torch.float64, 1e-9), (torch.float32, 1e-3)]:
+        args = (x.to(dtype), alpha.to(dtype), total.to(dtype))
+        e = torch._dirichlet_grad(*args)
+        g = torch._dirichlet_grad(*[a.to(TPU) for a in args]).cpu()
+        torch.testing.assert_close(g, e, rtol=tol, atol=1e-6)
+    check_error(torch._dirichlet_grad, x.bfloat16(), alpha.bfloat16(), total.bfloat16())
+    # reparameterized Dirichlet and Beta samples are differentiable in their parameters
+    c = torch.tensor([0.5, 2.0, 9.0], device=TPU, requires_grad=True)
+    torch.manual_seed(0)
+    torch.distributions.Dirichlet(c).rsample((100,)).pow(2).sum().backward()
+    assert torch.isfinite(c.grad.cpu()).all()
+    a = torch.tensor(2.0, device=TPU, requires_grad=True)
+    torch.distributions.Beta(a, torch.tensor(3.0, device=TPU)).rsample((100,)).sum().backward()
+    assert torch.isfinite(a.grad.cpu()) and a.grad.cpu() > 0

@@ -26,6 +26,7 @@ pub fn register(r: &mut Registry) {
     r.add("_standard_gamma", standard_gamma);
     r.add("_sample_dirichlet", sample_dirichlet);
     r.add("_standard_gamma_grad", standard_gamma_grad);
+    r.add("_dirichlet_grad", dirichlet_grad);
 }
 
 /// The most rounds a rejection sampler runs (each accepts with probability well above 1/2,
@@ -639,6 +640,389 @@ fn standard_gamma_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let big_a = cx.compare(CmpDir::Gt, al, k8);
     let r = cx.select(big_a, rice, rational);
     one(cx.select(small_x, taylor, r))
+}
+
+/// _dirichlet_grad(x, alpha, total): the scaled reparameterized gradient of Beta(alpha,
+/// total - alpha) samples x, -(d cdf / d alpha) / pdf / (1 - x), in PyTorch's four regimes:
+/// Taylor series near 0 and near 1, Rice's saddle point expansion when both parameters exceed
+/// 6, and a rational correction of an analytic approximation otherwise.
+fn dirichlet_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("x")?;
+    let a = args.tensor("alpha")?;
+    let t = args.tensor("total")?;
+    check!(
+        matches!(x.dtype, DType::F32 | DType::F64),
+        NotImplemented,
+        "\"_dirichlet_grad_cpu\" not implemented for '{}'",
+        x.dtype.torch_name()
+    );
+    let dt = x.dtype;
+    let av = cx.cast(a.v, dt);
+    let tv = cx.cast(t.v, dt);
+    let vs = cx.broadcast_all(&[x.v, av, tv])?;
+    let (x, alpha, total) = (vs[0], vs[1], vs[2]);
+    let dims = cx.dims(x);
+    let beta = cx.sub(total, alpha);
+    let one_ = cx.full(1.0, dt, &dims);
+    let omx = cx.sub(one_, x);
+    let small = beta_grad_alpha_small(cx, x, alpha, beta);
+    let large = beta_grad_beta_small(cx, omx, beta, alpha);
+    let large = cx.neg(large);
+    // PyTorch evaluates the saddle point expansion in double: its terms cancel near the mean.
+    let (x64, a64, t64) = (cx.cast(x, DType::F64), cx.cast(alpha, DType::F64), cx.cast(total, DType::F64));
+    let b64 = cx.sub(t64, a64);
+    let mid = beta_grad_alpha_mid(cx, x64, a64, b64);
+    let mid = cx.cast(mid, dt);
+    let rational = dirichlet_rational(cx, x, alpha, total, beta);
+    // Regimes in PyTorch's order of precedence.
+    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
+    let six = c(cx, 6.0);
+    let a6 = cx.compare(CmpDir::Gt, alpha, six);
+    let b6 = cx.compare(CmpDir::Gt, beta, six);
+    let both = cx.and(a6, b6);
+    let r = cx.select(both, mid, rational);
+    let boundary = cx.mul(total, x);
+    let boundary = cx.mul(boundary, omx);
+    let half = c(cx, 0.5);
+    let hi_x = cx.compare(CmpDir::Ge, x, half);
+    let k075 = c(cx, 0.75);
+    let b075 = cx.compare(CmpDir::Lt, boundary, k075);
+    let near1 = cx.and(hi_x, b075);
+    let r = cx.select(near1, large, r);
+    let lo_x = cx.compare(CmpDir::Le, x, half);
+    let k25 = c(cx, 2.5);
+    let b25 = cx.compare(CmpDir::Lt, boundary, k25);
+    let near0 = cx.and(lo_x, b25);
+    one(cx.select(near0, small, r))
+}
+
+/// NaN results of the Taylor regimes are 0 in PyTorch.
+fn nan_to_zero(cx: &mut Cx, v: Value) -> Value {
+    let nan = cx.compare(CmpDir::Ne, v, v);
+    let z = cx.full(0.0, cx.dtype(v), &cx.dims(v));
+    cx.select(nan, z, v)
+}
+
+/// d/d alpha of Beta(x; alpha, beta) samples for x near 0 (Taylor expansion).
+fn beta_grad_alpha_small(cx: &mut Cx, x: Value, alpha: Value, beta: Value) -> Value {
+    let (dt, dims) = (cx.dtype(x), cx.dims(x));
+    let one_ = cx.full(1.0, dt, &dims);
+    let da = cx.chlo("digamma", &[alpha]);
+    let ab = cx.add(alpha, beta);
+    let dab = cx.chlo("digamma", &[ab]);
+    let lx = cx.log(x);
+    let factor = cx.sub(da, dab);
+    let factor = cx.sub(factor, lx);
+    let mut numer = one_;
+    let inv_a = cx.div(one_, alpha);
+    let t = cx.add(factor, inv_a);
+    let t = cx.mul(inv_a, t);
+    let mut series = cx.mul(numer, t);
+    for i in 1..=10 {
+        let iv = cx.full(i as f64, dt, &dims);
+        let t = cx.sub(iv, beta);
+        let t = cx.mul(t, x);
+        let t = cx.div(t, iv);
+        numer = cx.mul(numer, t);
+        let denom = cx.add(alpha, iv);
+        let inv_d = cx.div(one_, denom);
+        let t = cx.add(factor, inv_d);
+        let n = cx.div(numer, denom);
+        let t = cx.mul(n, t);
+        series = cx.add(series, t);
+    }
+    let omx = cx.sub(one_, x);
+    let nb = cx.neg(beta);
+    let p = cx.pow(omx, nb);
+    let r = cx.mul(x, p);
+    let r = cx.mul(r, series);
+    nan_to_zero(cx, r)
+}
+
+/// d/d beta of Beta(x; alpha, beta) samples for x near 0 (Taylor expansion).
+fn beta_grad_beta_small(cx: &mut Cx, x: Value, alpha: Value, beta: Value) -> Value {
+    let (dt, dims) = (cx.dtype(x), cx.dims(x));
+    let one_ = cx.full(1.0, dt, &dims);
+    let ab = cx.add(alpha, beta);
+    let dab = cx.chlo("digamma", &[ab]);
+    let db = cx.chlo("digamma", &[beta]);
+    let factor = cx.sub(dab, db);
+    let mut numer = one_;
+    let mut betas = one_;
+    let mut dbetas = cx.full(0.0, dt, &dims);
+    let mut series = cx.div(factor, alpha);
+    for i in 1..=8 {
+        let iv = cx.full(i as f64, dt, &dims);
+        let nx = cx.neg(x);
+        let t = cx.div(nx, iv);
+        numer = cx.mul(numer, t);
+        let bmi = cx.sub(beta, iv);
+        let t = cx.mul(dbetas, bmi);
+        dbetas = cx.add(t, betas);
+        betas = cx.mul(betas, bmi);
+        let ai = cx.add(alpha, iv);
+        let n = cx.div(numer, ai);
+        let fb = cx.mul(factor, betas);
+        let t = cx.add(dbetas, fb);
+        let t = cx.mul(n, t);
+        series = cx.add(series, t);
+    }
+    let omx = cx.sub(one_, x);
+    let omb = cx.sub(one_, beta);
+    let p = cx.pow(omx, omb);
+    let r = cx.mul(p, series);
+    let r = cx.neg(r);
+    nan_to_zero(cx, r)
+}
+
+/// d/d alpha of Beta(x; alpha, beta) samples for large alpha and beta (Rice saddle point).
+fn beta_grad_alpha_mid(cx: &mut Cx, x: Value, alpha: Value, beta: Value) -> Value {
+    let (dt, dims) = (cx.dtype(x), cx.dims(x));
+    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
+    let one_ = c(cx, 1.0);
+    let total = cx.add(alpha, beta);
+    let mean = cx.div(alpha, total);
+    let ab = cx.mul(alpha, beta);
+    let t1 = cx.add(total, one_);
+    let t = cx.div(ab, t1);
+    let t = cx.sqrt(t);
+    let std = cx.div(t, total);
+    let k01 = c(cx, 0.1);
+    let d = cx.mul(k01, std);
+    let lo = cx.sub(mean, d);
+    let hi = cx.add(mean, d);
+    let ge = cx.compare(CmpDir::Le, lo, x);
+    let le = cx.compare(CmpDir::Le, x, hi);
+    let at_mean = cx.and(ge, le);
+    let omx = cx.sub(one_, x);
+    let bb = cx.mul(beta, beta);
+    // Near the mean: a polynomial (avoids the singularity at x = mean).
+    let poly = {
+        // 8 (1 - x) (135 beta - 11)
+        let k135 = c(cx, 135.0);
+        let k11 = c(cx, 11.0);
+        let t = cx.mul(k135, beta);
+        let t = cx.sub(t, k11);
+        let k8 = c(cx, 8.0);
+        let t = cx.mul(t, omx);
+        let inner4 = cx.mul(k8, t);
+        // (453 + 1620 beta (1 - x) - 455 x) beta + alpha inner4
+        let k1620 = c(cx, 1620.0);
+        let t = cx.mul(k1620, beta);
+        let t = cx.mul(t, omx);
+        let k453 = c(cx, 453.0);
+        let t = cx.add(k453, t);
+        let k455 = c(cx, 455.0);
+        let x455 = cx.mul(k455, x);
+        let t = cx.sub(t, x455);
+        let t = cx.mul(t, beta);
+        let ai = cx.mul(alpha, inner4);
+        let inner3 = cx.add(t, ai);
+        // 3 (59 + 180 beta - 90 x) beta^2 + alpha inner3
+        let k180 = c(cx, 180.0);
+        let t = cx.mul(k180, beta);
+        let k59 = c(cx, 59.0);
+        let t = cx.add(k59, t);
+        let k90 = c(cx, 90.0);
+        let x90 = cx.mul(k90, x);
+        let t = cx.sub(t, x90);
+        let k3 = c(cx, 3.0);
+        let t = cx.mul(k3, t);
+        let t = cx.mul(t, bb);
+        let ai = cx.mul(alpha, inner3);
+        let inner2 = cx.add(t, ai);
+        // (43 + 20 (16 + 27 beta) x) beta^2 beta + alpha inner2
+        let k27 = c(cx, 27.0);
+        let t = cx.mul(k27, beta);
+        let k16 = c(cx, 16.0);
+        let t = cx.add(k16, t);
+        let k20 = c(cx, 20.0);
+        let t = cx.mul(k20, t);
+        let t = cx.mul(t, x);
+        let k43 = c(cx, 43.0);
+        let t = cx.add(k43, t);
+        let t = cx.mul(t, bb);
+        let t = cx.mul(t, beta);
+        let ai = cx.mul(alpha, inner2);
+        let inner1 = cx.add(t, ai);
+        // 47 x beta^4 + alpha inner1
+        let k47 = c(cx, 47.0);
+        let t = cx.mul(k47, x);
+        let t = cx.mul(t, bb);
+        let t = cx.mul(t, bb);
+        let ai = cx.mul(alpha, inner1);
+        cx.add(t, ai)
+    };
+    let k12 = c(cx, 12.0);
+    let t = cx.mul(k12, alpha);
+    let pa = cx.add(one_, t);
+    let t = cx.mul(k12, beta);
+    let pb = cx.add(one_, t);
+    let num = cx.mul(pa, pb);
+    let tt = cx.mul(total, total);
+    let prefactor_num = cx.div(num, tt);
+    let k12960 = c(cx, 12960.0);
+    let t = cx.mul(k12960, alpha);
+    let t = cx.mul(t, alpha);
+    let t = cx.mul(t, alpha);
+    let t = cx.mul(t, bb);
+    let t12 = cx.mul(k12, total);
+    let t12 = cx.add(one_, t12);
+    let prefactor_den = cx.mul(t, t12);
+    let near = cx.div(prefactor_num, omx);
+    let near = cx.mul(near, poly);
+    let near = cx.div(near, prefactor_den);
+    // Away from the mean.
+    let two = c(cx, 2.0);
+    let t = cx.mul(two, ab);
+    let t = cx.div(t, total);
+    let t = cx.sqrt(t);
+    let nx = cx.neg(x);
+    let prefactor = cx.div(nx, t);
+    let st = |cx: &mut Cx, v: Value| {
+        let k12 = cx.full(12.0, dt, &dims);
+        let k288 = cx.full(288.0, dt, &dims);
+        let one_ = cx.full(1.0, dt, &dims);
+        let a = cx.mul(k12, v);
+        let a = cx.div(one_, a);
+        let b = cx.mul(k288, v);
+        let b = cx.mul(b, v);
+        let b = cx.div(one_, b);
+        let s = cx.add(one_, a);
+        cx.add(s, b)
+    };
+    let sa = st(cx, alpha);
+    let sb = st(cx, beta);
+    let stt = st(cx, total);
+    let stirling = cx.mul(sa, sb);
+    let stirling = cx.div(stirling, stt);
+    let xm1 = cx.sub(x, one_);
+    let aa = cx.mul(alpha, alpha);
+    let t = cx.mul(two, aa);
+    let t = cx.mul(t, xm1);
+    let u = cx.mul(ab, xm1);
+    let t = cx.add(t, u);
+    let u = cx.mul(x, bb);
+    let term1_num = cx.sub(t, u);
+    let t = cx.mul(alpha, xm1);
+    let u = cx.mul(beta, x);
+    let axbx = cx.add(t, u);
+    let t = cx.mul(two, alpha);
+    let t = cx.div(t, beta);
+    let t = cx.sqrt(t);
+    let k15 = c(cx, 1.5);
+    let p = cx.pow(total, k15);
+    let t = cx.mul(t, p);
+    let t = cx.mul(t, axbx);
+    let term1_den = cx.mul(t, axbx);
+    let term1 = cx.div(term1_num, term1_den);
+    let tx = cx.mul(total, x);
+    let t = cx.div(alpha, tx);
+    let lat = cx.log(t);
+    let half = c(cx, 0.5);
+    let term2 = cx.mul(half, lat);
+    let k8 = c(cx, 8.0);
+    let t = cx.mul(k8, ab);
+    let t = cx.div(t, total);
+    let term3_num = cx.sqrt(t);
+    let term3 = cx.div(term3_num, axbx);
+    let tomx = cx.mul(total, omx);
+    let t = cx.div(beta, tomx);
+    let t = cx.log(t);
+    let t = cx.mul(beta, t);
+    let u = cx.mul(alpha, lat);
+    let base = cx.add(t, u);
+    let km15 = c(cx, -1.5);
+    let term4 = cx.pow(base, km15);
+    let below = cx.compare(CmpDir::Lt, x, mean);
+    let nt4 = cx.neg(term4);
+    let t4 = cx.select(below, term4, nt4);
+    let t = cx.add(term3, t4);
+    let t = cx.mul(term2, t);
+    let term1234 = cx.add(term1, t);
+    let far = cx.mul(stirling, prefactor);
+    let far = cx.mul(far, term1234);
+    cx.select(at_mean, near, far)
+}
+
+/// The rational correction to x (digamma(total) - digamma(alpha)) / beta.
+fn dirichlet_rational(cx: &mut Cx, x: Value, alpha: Value, total: Value, beta: Value) -> Value {
+    const C: [[[[f64; 4]; 3]; 3]; 2] = [
+        [
+            [
+                [1.003668233, -0.01061107488, -0.0657888334, 0.01201642863],
+                [0.6336835991, -0.3557432599, 0.05486251648, -0.001465281033],
+                [-0.03276231906, 0.004474107445, 0.002429354597, -0.0001557569013],
+            ],
+            [
+                [0.221950385, -0.3187676331, 0.01799915743, 0.01074823814],
+                [-0.2951249643, 0.06219954479, 0.01535556598, 0.001550077057],
+                [0.02155310298, 0.004170831599, 0.001292462449, 6.976601077e-05],
+            ],
+            [
+                [-0.05980841433, 0.008441916499, 0.01085618172, 0.002319392565],
+                [0.02911413504, 0.01400243777, -0.002721828457, 0.000751041181],
+                [0.005900514878, -0.001936558688, -9.495446725e-06, 5.385558597e-05],
+            ],
+        ],
+        [
+            [
+                [1.0, -0.02924021934, -0.04438342661, 0.007285809825],
+                [0.6357567472, -0.3473456711, 0.05454656494, -0.002407477521],
+                [-0.03301322327, 0.004845219414, 0.00231480583, -0.0002307248149],
+            ],
+            [
+                [0.5925320577, -0.1757678135, 0.01505928619, 0.000564515273],
+                [0.1014815858, -0.06589186703, 0.01272886114, -0.0007316646956],
+                [-0.007258481865, 0.001096195486, 0.0003934994223, -4.12701925e-05],
+            ],
+            [
+                [0.06469649321, -0.0236701437, 0.002902096474, -5.896963079e-05],
+                [0.001925008108, -0.002869809258, 0.0008000589141, -6.063713228e-05],
+                [-0.0003477407336, 6.959756487e-05, 1.097287507e-05, -1.650964693e-06],
+            ],
+        ],
+    ];
+    let (dt, dims) = (cx.dtype(x), cx.dims(x));
+    let u = cx.log(x);
+    let la = cx.log(alpha);
+    let a = cx.sub(la, u);
+    let lt = cx.log(total);
+    let b = cx.sub(lt, a);
+    let one_ = cx.full(1.0, dt, &dims);
+    let uu = cx.mul(u, u);
+    let aa = cx.mul(a, a);
+    let pow_u = [one_, u, uu];
+    let pow_a = [one_, a, aa];
+    let mut p = cx.full(0.0, dt, &dims);
+    let mut q = p;
+    for i in 0..3 {
+        for j in 0..3 {
+            let ua = cx.mul(pow_u[i], pow_a[j]);
+            for (w, acc) in [(0usize, &mut p), (1usize, &mut q)] {
+                let k = &C[w][i][j];
+                let c3 = cx.full(k[3], dt, &dims);
+                let t = cx.mul(b, c3);
+                let c2 = cx.full(k[2], dt, &dims);
+                let t = cx.add(c2, t);
+                let t = cx.mul(b, t);
+                let c1 = cx.full(k[1], dt, &dims);
+                let t = cx.add(c1, t);
+                let t = cx.mul(b, t);
+                let c0 = cx.full(k[0], dt, &dims);
+                let t = cx.add(c0, t);
+                let t = cx.mul(ua, t);
+                *acc = cx.add(*acc, t);
+            }
+        }
+    }
+    let dtot = cx.chlo("digamma", &[total]);
+    let dal = cx.chlo("digamma", &[alpha]);
+    let d = cx.sub(dtot, dal);
+    let approx = cx.mul(x, d);
+    let approx = cx.div(approx, beta);
+    let r = cx.div(p, q);
+    cx.mul(r, approx)
 }
 
 // ---- multinomial and randperm --------------------------------------------------------------------
