@@ -94,3 +94,15 @@ def test_random_errors():
         torch.empty(3, device="tpu").bernoulli_(1.5)
     with pytest.raises(RuntimeError):
         torch.randint(5, 2, (3,), device="tpu")
+
+
+def test_normal_with_tensor_mean_and_std():
+    torch.manual_seed(0)
+    mean = torch.full((4000,), 3.0, device="tpu")
+    std = torch.full((4000,), 0.5, device="tpu")
+    for sample in (torch.normal(mean, std), torch.normal(mean, 2.0), torch.normal(-1.0, std)):
+        assert sample.shape == (4000,) and sample.device.type == "tpu"
+    a = torch.normal(mean, std).cpu()
+    assert abs(a.mean() - 3.0) < 0.05 and abs(a.std() - 0.5) < 0.05
+    b = torch.normal(mean[:1].expand(3, 4000), std).cpu()
+    assert b.shape == (3, 4000)

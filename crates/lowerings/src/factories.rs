@@ -218,19 +218,46 @@ fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 }
 
 fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = target(args)?;
-    check!(x.dtype.is_float(), NotImplemented, "\"normal_kernel_cpu\" not implemented for '{}'", x.dtype.torch_name());
-    let dims = cx.dims(x.v);
-    let mean = args.opt_scalar("mean")?.unwrap_or(Scalar::Int(0));
-    let std = args.opt_scalar("std")?.unwrap_or(Scalar::Int(1));
-    if let Scalar::Float(f) = std {
-        check!(f.value >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", f.value);
-    }
-    if let Scalar::Int(i) = std {
-        check!(i >= 0, Runtime, "normal expects std >= 0.0, but found std {}", i);
-    }
-    let double = x.dtype == DType::F64;
+    // normal_(self, mean, std) fills self; normal.Tensor_Tensor / Tensor_float / float_Tensor
+    // (and their out= forms) draw one value per element of the broadcast mean and std.
+    let mean_t = args.opt_tensor("mean").ok().flatten();
+    let std_t = args.opt_tensor("std").ok().flatten();
+    let (dtype, dims) = match target(args) {
+        Ok(x) if mean_t.is_none() && std_t.is_none() => (x.dtype, cx.dims(x.v)),
+        _ => {
+            let tensors: Vec<Tensor> = mean_t.iter().chain(std_t.iter()).copied().collect();
+            check!(!tensors.is_empty(), Runtime, "normal: expected a tensor mean or std");
+            let shapes: Vec<Vec<i64>> = tensors.iter().map(|t| cx.dims(t.v)).collect();
+            let dims = crate::broadcast_shapes(&shapes)?;
+            let dtype = match args.tensor("out") {
+                Ok(o) => o.dtype,
+                Err(_) => tensors[0].dtype,
+            };
+            (dtype, dims)
+        }
+    };
+    check!(dtype.is_float(), NotImplemented, "\"normal_kernel_cpu\" not implemented for '{}'", dtype.torch_name());
+    let double = dtype == DType::F64;
     let acc = if double { DType::F64 } else { DType::F32 };
+    let operand = |cx: &mut Cx, t: Option<Tensor>, name: &str, default: i64| -> Result<Value> {
+        Ok(match t {
+            Some(t) => {
+                let v = cx.cast(t.v, acc);
+                cx.broadcast_to(v, &dims)
+            }
+            None => {
+                let s = args.opt_scalar(name)?.unwrap_or(Scalar::Int(default));
+                match s {
+                    Scalar::Float(f) => check!(name != "std" || f.value >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", f.value),
+                    Scalar::Int(i) => check!(name != "std" || i >= 0, Runtime, "normal expects std >= 0.0, but found std {}", i),
+                    Scalar::Bool(_) => {}
+                }
+                cx.scalar_like(s, acc, &dims)
+            }
+        })
+    };
+    let mu = operand(cx, mean_t, "mean", 0)?;
+    let sd = operand(cx, std_t, "std", 1)?;
     // Box-Muller on two independent uniform draws (one doubled-size draw split in halves).
     let n: i64 = dims.iter().product();
     let u = uniform01(cx, args, &[2, n], double)?;
@@ -247,11 +274,9 @@ fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let c = cx.cos(th);
     let z = cx.mul(r, c);
     let z = cx.reshape(z, &dims);
-    let sd = cx.scalar_like(std, acc, &dims);
-    let mu = cx.scalar_like(mean, acc, &dims);
     let v = cx.mul(z, sd);
     let v = cx.add(v, mu);
-    one(cx.cast(v, x.dtype))
+    one(cx.cast(v, dtype))
 }
 
 /// bernoulli_(self, p) with p a float or a tensor, and bernoulli(self) drawing with
