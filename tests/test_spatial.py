@@ -261,6 +261,17 @@ def test_interpolate_uint8_nearest():
     run(lambda x: F.interpolate(x, size=(4, 13), mode="nearest-exact"), x, grad=False)
 
 
+@pytest.mark.parametrize("mode,antialias", [("bilinear", False), ("bicubic", False), ("bilinear", True), ("bicubic", True)])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 10), (1, 5, 13, 7)], ids=str)
+def test_interpolate_uint8(mode, antialias, shape):
+    # uint8 images: int16 fixed-point weights, one saturating pass per dim, bit-exact.
+    x = make(shape, torch.uint8, low=0, high=256)
+    for ac in (False, True):
+        for kw in (dict(scale_factor=1.7), dict(size=(5, 13)), dict(scale_factor=0.45)):
+            run(lambda x: F.interpolate(x, mode=mode, antialias=antialias, align_corners=ac, **kw), x,
+                grad=False, tol=dict(atol=0, rtol=0))
+
+
 def test_upsample_modules():
     x = make((2, 3, 5, 6))
     run(torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False), x)
@@ -425,6 +436,7 @@ def test_errors():
     check_error(lambda x: F.interpolate(x, scale_factor=2), make((2, 3, 6, 6), torch.int64))
     check_error(lambda x: F.interpolate(x, size=(0, 3), mode="bilinear"), x)
     check_error(lambda x: F.interpolate(x, size=(3, 3), mode="bilinear", antialias=True), x.bfloat16())
+    check_error(lambda x: F.interpolate(x, size=5, mode="linear"), make((1, 2, 6), torch.uint8, 0))
     check_error(lambda x: F.pad(x, (6, 1), mode="reflect"), make((2, 3, 6)))
     check_error(lambda x: F.pad(x, (1, 1), mode="replicate"), make((2, 3, 6), torch.bool))
     check_error(lambda x: F.unfold(x, 7), x)

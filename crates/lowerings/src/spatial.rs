@@ -1447,12 +1447,14 @@ fn upsample_common_check(n: usize, in_dims: &[i64], out: &[i64]) -> Result<()> {
 
 fn upsample_dtype_check(mode: Mode, n: usize, d: DType) -> Result<()> {
     match mode {
-        // The antialiased kernels take float, double and (bilinear) uint8 only.
+        // The antialiased kernels take float, double and uint8 only.
         Mode::LinearAa | Mode::CubicAa => {
-            if d == DType::U8 {
-                return dtype_check(mode == Mode::LinearAa, &mode_kernel(mode, n), d);
-            }
-            dtype_check(matches!(d, DType::F32 | DType::F64), "compute_index_ranges_weights", d)
+            dtype_check(matches!(d, DType::F32 | DType::F64 | DType::U8), "compute_index_ranges_weights", d)
+        }
+        // uint8 linear and cubic resampling exists in 2-d only.
+        Mode::Linear | Mode::Cubic if n != 2 && d == DType::U8 => {
+            let kernel = if mode == Mode::Linear { "compute_indices_weights_linear" } else { "compute_indices_weights_cubic" };
+            dtype_check(false, kernel, d)
         }
         _ => dtype_check(is_floating(d) || d == DType::U8, &mode_kernel(mode, n), d),
     }
@@ -1482,8 +1484,11 @@ fn upsample(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<Vec<Out>> 
     if product(&out_dims) == 0 {
         return one(zeros(cx, x.dtype, &out_dims));
     }
+    if x.dtype == DType::U8 && mode.weighted() {
+        return one(upsample_u8(cx, x.v, mode, &out, align_corners, &scales));
+    }
     let fp = Fp { single: x.dtype != DType::F64 };
-    let work = if mode.weighted() { if x.dtype == DType::U8 { DType::F32 } else { acc_type(x.dtype) } } else { x.dtype };
+    let work = if mode.weighted() { acc_type(x.dtype) } else { x.dtype };
     let mut y = cx.cast(x.v, work);
     let aa = matches!(mode, Mode::LinearAa | Mode::CubicAa);
     for i in (0..n).rev() {
@@ -1509,14 +1514,125 @@ fn upsample(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<Vec<Out>> 
             y = cx.cast(rounded, work);
         }
     }
-    if x.dtype == DType::U8 && mode.weighted() {
-        // Round to nearest and saturate, as the uint8 kernels do.
-        y = cx.round_nearest_even(y);
-        let lo = cx.constant_f64(0.0, ElemType::F32);
-        let hi = cx.constant_f64(255.0, ElemType::F32);
-        y = cx.clamp(lo, y, hi);
-    }
     one(cx.cast(y, x.dtype))
+}
+
+/// The weights of one output position of PyTorch's uint8 resampling (in float64): the first
+/// input index and one weight per input from there.
+fn u8_rows(mode: Mode, input: i64, out: i64, align_corners: bool, scale: Option<f64>) -> Vec<(i64, Vec<f64>)> {
+    let fp = Fp { single: false };
+    if matches!(mode, Mode::LinearAa | Mode::CubicAa) {
+        let t = aa_taps(mode == Mode::CubicAa, fp, input, out, align_corners, scale);
+        let w = t.w.unwrap();
+        return (0..out as usize)
+            .map(|o| {
+                let xmin = t.idx[0][o];
+                let ws: Vec<f64> = (0..t.idx.len()).map(|j| w[j][o]).collect();
+                (xmin, ws)
+            })
+            .collect();
+    }
+    // _compute_indices_min_size_weights: the taps of the float path, with the weights of taps
+    // outside the input folded onto the border taps.
+    let cubic = mode == Mode::Cubic;
+    let size = if cubic { 4 } else { 2 };
+    let a = -0.75;
+    let filter = |x: f64| -> f64 {
+        let x = x.abs();
+        if cubic {
+            if x < 1.0 {
+                ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0
+            } else if x < 2.0 {
+                ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a
+            } else {
+                0.0
+            }
+        } else if x < 1.0 {
+            1.0 - x
+        } else {
+            0.0
+        }
+    };
+    let ratio = area_scale(fp, input, out, align_corners, scale);
+    (0..out)
+        .map(|o| {
+            let src = source_index(fp, ratio, o, align_corners, cubic);
+            let (index, lambda) = guard(fp, src, input);
+            let support = size / 2;
+            let unbound_min = index - support + 1;
+            let unbound_max = index + support + 1;
+            let index_min = unbound_min.max(0);
+            let index_size = (unbound_max.min(input) - index_min).clamp(0, size);
+            let mut w = vec![0.0; size as usize];
+            let mut wi = 0i64;
+            for j in 0..size {
+                let v = filter((j + 1 - support) as f64 - lambda);
+                if unbound_min + j <= 0 {
+                    wi = 0;
+                } else if unbound_min + j >= input - 1 {
+                    wi = index_size - 1;
+                }
+                w[wi as usize] += v;
+                wi += 1;
+            }
+            w.truncate(index_size as usize);
+            (index_min, w)
+        })
+        .collect()
+}
+
+/// uint8 bilinear/bicubic (antialiased or not) as PyTorch's CPU kernels compute it: float64
+/// weights turned into int16 fixed point, one pass per changed dim (width first), each pass
+/// rounding and saturating to uint8.
+fn upsample_u8(cx: &mut Cx, x: Value, mode: Mode, out: &[i64], align_corners: bool, scales: &[Option<f64>]) -> Value {
+    let dims = cx.dims(x);
+    let n = out.len();
+    let mut y = cx.convert(x, ElemType::I32);
+    for i in (0..n).rev() {
+        let input = dims[2 + i];
+        if input == out[i] {
+            continue;
+        }
+        let rows = u8_rows(mode, input, out[i], align_corners, scales[i]);
+        let wmax = rows.iter().flat_map(|r| r.1.iter().copied()).fold(0.0f64, f64::max);
+        let mut prec = 0u32;
+        while prec < 22 {
+            let next = (0.5 + wmax * (1u64 << (prec + 1)) as f64) as i64;
+            if next >= 1 << 15 {
+                break;
+            }
+            prec += 1;
+        }
+        let k = rows.iter().map(|r| r.1.len()).max().unwrap_or(0).max(1);
+        let mut idx = vec![vec![]; k];
+        let mut w = vec![vec![]; k];
+        for (xmin, ws) in &rows {
+            for j in 0..k {
+                let (ix, wv) = match ws.get(j) {
+                    Some(&v) => {
+                        let s = v * (1u64 << prec) as f64;
+                        let q = if s < 0.0 { (-0.5 + s) as i64 } else { (0.5 + s) as i64 };
+                        (xmin + j as i64, q as f64)
+                    }
+                    None => (*xmin, 0.0),
+                };
+                idx[j].push(ix.min(input - 1));
+                w[j].push(wv);
+            }
+        }
+        let taps = Taps { idx, w: Some(w) };
+        let v = apply_taps(cx, y, 2 + i, &taps);
+        let vd = cx.dims(v);
+        let ty = TensorType::new(ElemType::I32, &vd);
+        let half = cx.b.splat_i64(if prec > 0 { 1 << (prec - 1) } else { 0 }, &ty);
+        let v = cx.add(v, half);
+        let sh = cx.b.splat_i64(prec as i64, &ty);
+        let v = cx.shift_right_arithmetic(v, sh);
+        let lo = cx.constant_i64(0, ElemType::I32);
+        let hi = cx.constant_i64(255, ElemType::I32);
+        y = cx.clamp(lo, v, hi);
+    }
+    cx.convert(y, ElemType::U8)
 }
 
 fn upsample_backward(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<Vec<Out>> {
