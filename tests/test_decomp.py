@@ -365,6 +365,10 @@ def test_qr(dtype):
     a = rnd((2, 5, 3), dtype)
     check(lambda t: torch.linalg.householder_product(*torch.geqrf(t)), a, **tol)
     check(lambda t: torch.orgqr(*torch.geqrf(t)), a[0], **tol)
+    c = rnd((2, 5, 4), dtype)
+    for transpose in [False, True]:
+        check(lambda t, o: torch.ormqr(*torch.geqrf(t), o, transpose=transpose), a, c, **tol)
+        check(lambda t, o: torch.ormqr(*torch.geqrf(t), o.mT, left=False, transpose=transpose), a, c, **tol)
     # A zero column needs no reflection.
     z = rnd((4, 3), dtype)
     z[:, 1] = 0
@@ -380,6 +384,10 @@ def test_qr_grad(dtype):
 
 
 def test_qr_errors():
+    a, tau = torch.geqrf(rnd((5, 3)))
+    check_error(torch.ormqr, a, tau, rnd((4, 2)))
+    check_error(torch.ormqr, a, tau[:2], rnd((5, 2)))
+    check_error(torch.ormqr, a.long(), tau.long(), rnd((5, 2)).long())
     check_error(torch.linalg.qr, rnd((3, 3)), mode="full")
     check_error(torch.linalg.qr, rnd((3,)))
     check_error(torch.linalg.qr, torch.ones(3, 3, dtype=torch.int64))

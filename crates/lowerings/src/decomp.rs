@@ -45,6 +45,7 @@ pub fn register(r: &mut Registry) {
     r.add("linalg_qr", linalg_qr);
     r.add("geqrf", geqrf);
     r.add("linalg_householder_product", linalg_householder_product);
+    r.add("ormqr", ormqr);
     r.add("_linalg_eigh", linalg_eigh);
     r.add("_linalg_svd", linalg_svd);
     r.add("linalg_lstsq", linalg_lstsq);
@@ -118,7 +119,8 @@ fn abs2(b: &mut Builder, x: Value) -> Value {
 /// A real value as `elem` (complex with zero imaginary part when `elem` is complex).
 fn to_elem(b: &mut Builder, x: Value, elem: ElemType) -> Value {
     if elem.is_complex() && !b.elem(x).is_complex() {
-        let zero = splat(b, 0.0, b.elem(x), &b.dims(x).to_vec());
+        let (e, dims) = (b.elem(x), b.dims(x).to_vec());
+        let zero = splat(b, 0.0, e, &dims);
         return b.complex(x, zero);
     }
     b.convert(x, elem)
@@ -1372,50 +1374,111 @@ fn linalg_householder_product(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     );
     check_lapack_dtype(a.dtype, "orgqr_cpu")?;
     let mm = mats(cx, a.v);
-    let e = a.dtype.elem();
     let tv = cx.reshape(tau.v, &[mm.bs, k]);
-    let q0 = eye3(cx, e, mm.bs, m, m);
-    let q = if k == 0 || mm.bs == 0 || m == 0 {
-        q0
-    } else {
-        // Unit lower reflectors from the first k columns.
-        let vpart = block(cx, mm.v, (0, m), (0, k));
-        let vlow = tri(cx, vpart, true, -1);
-        let id = eye3(cx, e, mm.bs, m, k);
-        let vs = cx.add(vlow, id);
-        let bs = mm.bs;
-        let j0 = cx.b.constant_i64(0, I64);
-        let out = cx.while_loop(
-            &[j0, q0],
-            |b, v| {
-                let kk = b.constant_i64(k, I64);
-                b.compare(CmpDir::Lt, v[0], kk)
-            },
-            |b, v| {
-                let (j, q) = (v[0], v[1]);
-                let zero = b.constant_i64(0, I64);
-                let vv = b.dynamic_slice(vs, &[zero, zero, j], &[bs, m, 1]);
-                let vv = b.reshape(vv, &[bs, m]);
-                let t = b.dynamic_slice(tv, &[zero, j], &[bs, 1]);
-                let t = b.reshape(t, &[bs]);
-                let dq = [bs, m, m];
-                b.set_precision(Some(Precision::Highest));
-                let qv = b.dot_general(q, vv, &[0], &[0], &[2], &[1], e);
-                let vc = conj(b, vv);
-                let qv3 = bcast(b, qv, &dq, &[0, 1]);
-                let vc3 = bcast(b, vc, &dq, &[0, 2]);
-                let t3 = bcast(b, t, &dq, &[0]);
-                let outer = b.mul(qv3, vc3);
-                let upd = b.mul(t3, outer);
-                let q = b.sub(q, upd);
-                let one = b.constant_i64(1, I64);
-                vec![b.add(j, one), q]
-            },
-        );
-        out[1]
-    };
+    let q = reflector_product(cx, mm.v, tv);
     let q = block(cx, q, (0, m), (0, n));
     one(unflatten(cx, q, &mm.batch))
+}
+
+/// Q = H_1 ... H_k [B, m, m] from LAPACK-packed reflectors: column j of `packed` [B, m, >= k]
+/// below the diagonal (with a unit on it) is v_j, and H_j = I - tau_j v_j v_j^H (tau [B, k]).
+fn reflector_product(b: &mut Builder, packed: Value, tau: Value) -> Value {
+    let d = b.dims(packed).to_vec();
+    let (bs, m) = (d[0], d[1]);
+    let k = b.dims(tau)[1];
+    let e = b.elem(packed);
+    let q0 = eye3(b, e, bs, m, m);
+    if k == 0 || bs == 0 || m == 0 {
+        return q0;
+    }
+    let vpart = block(b, packed, (0, m), (0, k));
+    let vlow = tri(b, vpart, true, -1);
+    let id = eye3(b, e, bs, m, k);
+    let vs = b.add(vlow, id);
+    let j0 = b.constant_i64(0, I64);
+    let out = b.while_loop(
+        &[j0, q0],
+        |b, v| {
+            let kk = b.constant_i64(k, I64);
+            b.compare(CmpDir::Lt, v[0], kk)
+        },
+        |b, v| {
+            // Q <- Q H_j = Q - tau_j (Q v_j) v_j^H
+            let (j, q) = (v[0], v[1]);
+            let zero = b.constant_i64(0, I64);
+            let vv = b.dynamic_slice(vs, &[zero, zero, j], &[bs, m, 1]);
+            let vv = b.reshape(vv, &[bs, m]);
+            let t = b.dynamic_slice(tau, &[zero, j], &[bs, 1]);
+            let t = b.reshape(t, &[bs]);
+            let dq = [bs, m, m];
+            b.set_precision(Some(Precision::Highest));
+            let qv = b.dot_general(q, vv, &[0], &[0], &[2], &[1], e);
+            let vc = conj(b, vv);
+            let qv3 = bcast(b, qv, &dq, &[0, 1]);
+            let vc3 = bcast(b, vc, &dq, &[0, 2]);
+            let t3 = bcast(b, t, &dq, &[0]);
+            let outer = b.mul(qv3, vc3);
+            let upd = b.mul(t3, outer);
+            let q = b.sub(q, upd);
+            let one = b.constant_i64(1, I64);
+            vec![b.add(j, one), q]
+        },
+    );
+    out[1]
+}
+
+/// ormqr(self=reflectors, input2=tau, input3=other, left, transpose): op(Q) C (left) or
+/// C op(Q), with Q = H_1 ... H_k from geqrf's packed reflectors and op(Q) = Q^H when transpose.
+fn ormqr(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let a = args.tensor("self")?;
+    let tau = args.tensor("input2")?;
+    let c = args.tensor("input3")?;
+    let left = args.bool_or("left", true)?;
+    let transpose = args.bool_or("transpose", false)?;
+    let api = "torch.ormqr";
+    let (da, dt, dc) = (cx.dims(a.v), cx.dims(tau.v), cx.dims(c.v));
+    check!(da.len() >= 2, Runtime, "{}: input must have at least 2 dimensions.", api);
+    check!(dc.len() >= 2, Runtime, "{}: other must have at least 2 dimensions.", api);
+    let side: i64 = if left { -2 } else { -1 };
+    let csize = dc[(dc.len() as i64 + side) as usize];
+    let (mq, nin) = (da[da.len() - 2], da[da.len() - 1]);
+    check!(csize == mq, Runtime, "{}: other.shape[{}] must be equal to input.shape[-2]", api, side);
+    check!(dt.len() + 1 == da.len(), Runtime, "{}: Expected tau to have one dimension less than input, but got tau.ndim equal to {} and input.ndim is equal to {}", api, dt.len(), da.len());
+    let k = dt[dt.len() - 1];
+    check!(
+        k == csize.min(nin),
+        Runtime,
+        "{}: tau.shape[-1] must be equal to min(other.shape[{}], input.shape[-1])",
+        api,
+        side
+    );
+    check!(da.len() == dc.len(), Runtime, "{}: Expected other to have the same number of dimensions as input, but got other.ndim equal to {} and input.ndim is equal to {}", api, dc.len(), da.len());
+    check_lapack_dtype(a.dtype, "ormqr_cpu")?;
+    check!(
+        a.dtype == tau.dtype && a.dtype == c.dtype,
+        Runtime,
+        "{}: Expected input, tau and other to have the same dtype, but got {}, {} and {}",
+        api,
+        a.dtype.torch_name(),
+        tau.dtype.torch_name(),
+        c.dtype.torch_name()
+    );
+    let batch = broadcast_batch(cx, a.v, c.v)?;
+    let av = expand_batch(cx, a.v, &batch);
+    let cv = expand_batch(cx, c.v, &batch);
+    let mut tb = batch.clone();
+    tb.push(k);
+    let tv = cx.broadcast_to(tau.v, &tb);
+    let am = mats(cx, av);
+    let cm = mats(cx, cv);
+    if cm.bs == 0 || cm.m == 0 || cm.n == 0 {
+        return one(cv);
+    }
+    let tv = cx.reshape(tv, &[am.bs, k]);
+    let q = reflector_product(cx, am.v, tv);
+    let q = if transpose { adjoint(cx, q) } else { q };
+    let r = if left { bmm(cx, q, cm.v) } else { bmm(cx, cm.v, q) };
+    one(unflatten(cx, r, &batch))
 }
 
 // ---- Jacobi rotations (eigh, svd) -------------------------------------------------------------
@@ -1888,7 +1951,7 @@ fn linalg_lstsq(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     );
     let (da, db) = (cx.dims(a.v), cx.dims(bt.v));
     check!(da.len() >= 2, Runtime, "{}: input must have at least 2 dimensions.", api);
-    check!(db.len() >= 1, Runtime, "{}: other must have at least 1 dimension.", api);
+    check!(!db.is_empty(), Runtime, "{}: other must have at least 1 dimension.", api);
     check!(
         a.dtype == bt.dtype,
         Runtime,
@@ -2005,8 +2068,9 @@ fn linalg_lstsq(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 }
 
 /// linalg_matrix_exp(self): exp(A) = T(A / 2^s)^(2^s), where T is the degree-18 Taylor
-/// polynomial and s = max(0, ceil(log2 ||A||_1)) brings the scaled matrix to 1-norm <= 1 (the
-/// truncation error is below 1/19! ~ 8e-18). 16-bit floats are computed in float32.
+/// polynomial and s = max(0, ceil(log2(||A||_1 / theta))) brings the scaled matrix to the norm
+/// theta up to which T is accurate to the working precision (PyTorch's degree-18 thresholds).
+/// 16-bit floats are computed in float32.
 fn linalg_matrix_exp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = args.tensor("self")?;
     let api = "linalg.matrix_exp";
@@ -2034,6 +2098,11 @@ fn linalg_matrix_exp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let ab = cx.abs(x);
     let colsum = sum(cx, ab, &[1]);
     let norm = max(cx, colsum, &[1]);
+    // Scale so that ||A / 2^s||_1 <= theta_18, the largest norm at which the degree-18 Taylor
+    // polynomial is accurate to the working precision (PyTorch's thresholds).
+    let theta = if re == ElemType::F64 { 1.090_863_719_290_036 } else { 3.925_724_783_138_66 };
+    let th = splat(cx, theta, re, &[bs]);
+    let norm = cx.div(norm, th);
     let lg = cx.log(norm);
     let ln2 = splat(cx, std::f64::consts::LN_2, re, &[bs]);
     let lg2 = cx.div(lg, ln2);
