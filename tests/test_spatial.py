@@ -101,10 +101,21 @@ def test_max_pool_ties_nan_inf():
     run(lambda x: F.adaptive_max_pool2d(x, 3, return_indices=True), x, grad=False)
 
 
-def test_max_pool_empty_batch():
-    run(lambda x: F.max_pool2d(x, 2, return_indices=True), make((0, 3, 4, 4)))
-    run(lambda x: F.avg_pool2d(x, 2), make((0, 3, 4, 4)))
-    run(lambda x: F.adaptive_avg_pool2d(x, 3), make((0, 3, 4, 4)))
+def test_empty_batch():
+    x = make((0, 3, 5, 6))
+    run(lambda x: F.max_pool2d(x, 2, return_indices=True), x)
+    run(lambda x: F.avg_pool2d(x, 2), x)
+    run(lambda x: F.adaptive_avg_pool2d(x, 3), x)
+    run(lambda x: F.adaptive_max_pool2d(x, 3), x)
+    run(lambda x: F.max_pool3d(x, 2), make((0, 2, 4, 4, 4)))
+    run(lambda x: F.avg_pool3d(x, 2), make((0, 2, 4, 4, 4)))
+    run(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), x)
+    run(lambda x: F.interpolate(x, scale_factor=2), x)
+    run(lambda x: F.pad(x, (1, 1, 1, 1), mode="reflect"), x)
+    run(lambda x: F.pad(x, (1, 1, 1, 1), mode="replicate"), x)
+    run(lambda x: F.unfold(x, 2), x)
+    run(lambda c: F.fold(c, (3, 3), 2), make((0, 12, 4)))
+    run(lambda x, g: F.grid_sample(x, g, align_corners=False), x, make((0, 2, 2, 2)))
 
 
 # ---- average pooling ----------------------------------------------------------------------------
@@ -180,6 +191,29 @@ def test_adaptive_pool1d(size):
     x = make((2, 3, 7))
     run(lambda x: F.adaptive_avg_pool1d(x, size), x)
     run(lambda x: F.adaptive_max_pool1d(x, size, return_indices=True), x)
+
+
+# ---- fractional max pooling ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("kernel,out", [(2, (5, 6)), ((3, 2), (4, 9)), (2, (1, 1)), (3, (9, 11))], ids=str)
+def test_fractional_max_pool2d(kernel, out):
+    # The random samples are given, so that CPU and tpu pool the same windows.
+    x = make((2, 3, 11, 13))
+    s = torch.rand(2, 3, 2)
+    fn = lambda x: F.fractional_max_pool2d(x, kernel, output_size=out, return_indices=True,  # noqa: E731
+                                           _random_samples=s.to(x.device, x.dtype))
+    run(fn, x)
+    run(fn, channels_last(x))
+    run(fn, x.bfloat16(), tol=dict(atol=0, rtol=0), grad=False)
+    run(lambda x: F.fractional_max_pool2d(x, kernel, output_size=out, _random_samples=s[:1].to(x.device)), x[0])
+
+
+def test_fractional_max_pool3d():
+    x = make((2, 3, 7, 8, 9))
+    s = torch.rand(2, 3, 3)
+    run(lambda x: F.fractional_max_pool3d(x, (2, 3, 2), output_size=(4, 5, 3), return_indices=True,
+                                          _random_samples=s.to(x.device, x.dtype)), x)
+    run(lambda x: F.fractional_max_pool3d(x, 2, output_ratio=0.5, _random_samples=s.to(x.device, x.dtype)), x)
 
 
 # ---- max unpooling ------------------------------------------------------------------------------
@@ -448,3 +482,4 @@ def test_errors():
     check_error(lambda x, g: F.grid_sample(x, g, mode="bicubic", align_corners=False), make((1, 2, 3, 3, 3)), make((1, 2, 2, 2, 3)))
     y, i = F.max_pool2d(x, 2, return_indices=True)
     check_error(lambda y, i: F.max_unpool2d(y, i, 2), y, i.int())
+    check_error(lambda x, s: F.fractional_max_pool2d(x, 4, output_size=5, _random_samples=s), x, torch.rand(2, 3, 2))

@@ -34,6 +34,10 @@ pub fn register(r: &mut Registry) {
     r.add("adaptive_max_pool3d", |cx, a| adaptive_max_pool(cx, a, 3));
     r.add("adaptive_max_pool2d_backward", |cx, a| adaptive_max_pool_backward(cx, a, 2));
     r.add("adaptive_max_pool3d_backward", |cx, a| adaptive_max_pool_backward(cx, a, 3));
+    r.add("fractional_max_pool2d", |cx, a| fractional_max_pool(cx, a, 2));
+    r.add("fractional_max_pool3d", |cx, a| fractional_max_pool(cx, a, 3));
+    r.add("fractional_max_pool2d_backward", |cx, a| fractional_max_pool_backward(cx, a, 2));
+    r.add("fractional_max_pool3d_backward", |cx, a| fractional_max_pool_backward(cx, a, 3));
     r.add("max_unpool2d", |cx, a| max_unpool(cx, a, 2));
     r.add("max_unpool3d", |cx, a| max_unpool(cx, a, 3));
     // Upsampling: the scales decide the index tables, so float arguments are compiled in.
@@ -1063,6 +1067,181 @@ fn adaptive_max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
     );
     let kernel = if n == 2 { "adaptive_max_pool2d_backward".to_string() } else { "adaptive_max_pool3d_backward_cpu".to_string() };
     dtype_check(is_floating(x.dtype), &kernel, x.dtype)?;
+    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
+    one(cx.cast(gi, x.dtype))
+}
+
+// ---- fractional max pooling -------------------------------------------------------------------
+
+/// Checks of fractional_max_pool{2,3}d and its backward; returns (kernel, output sizes).
+fn fractional_checks(cx: &Cx, x: &crate::Tensor, args: &Args, n: usize) -> Result<(Vec<i64>, Vec<i64>)> {
+    let name = format!("fractional_max_pool{}d", n);
+    let k = args.ints("kernel_size")?;
+    let out = args.ints("output_size")?;
+    check!(k.len() == n, Runtime, "{}: kernel_size must either be a single Int or tuple of Ints", name);
+    check!(out.len() == n, Runtime, "{}: output_size must either be a single Int or tuple of Ints", name);
+    let dims = cx.dims(x.v);
+    let r = dims.len();
+    check!(
+        r == n + 1 || r == n + 2,
+        Runtime,
+        "{}(): Expected {}D or {}D tensor, but got: {}",
+        name,
+        n + 1,
+        n + 2,
+        shape_str(&dims)
+    );
+    for (i, &d) in dims.iter().enumerate().skip(r - n - 1) {
+        check!(
+            d > 0,
+            Runtime,
+            "{}(): Expected input to have non-zero size for non-batch dimensions, but got {} with dimension {} being empty.",
+            name,
+            shape_str(&dims),
+            i
+        );
+    }
+    for i in 0..n {
+        let input = dims[r - n + i];
+        check!(
+            out[i] + k[i] - 1 <= input,
+            Runtime,
+            "{}(): pool size {} too large relative to input size {}",
+            name,
+            k[i],
+            input
+        );
+    }
+    dtype_check(is_floating(x.dtype), &name, x.dtype)?;
+    Ok((k, out))
+}
+
+/// fractional_max_pool2d / 3d(self, kernel_size, output_size, random_samples): windows of
+/// kernel_size starting at PyTorch's pseudo-random interval sequence (one sample per plane and
+/// dim, computed in the input dtype), maxima and flat plane indices.
+fn fractional_max_pool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let samples = args.tensor("random_samples")?;
+    let (k, out) = fractional_checks(cx, &x, args, n)?;
+    let dims = cx.dims(x.v);
+    let r = dims.len();
+    let lead = dims[..r - n].to_vec();
+    let planes = product(&lead);
+    let sd = cx.dims(samples.v);
+    check!(
+        sd.len() == 3 && sd[2] == n as i64 && sd[0] * sd[1] == planes,
+        Runtime,
+        "fractional_max_pool{}d(): expected random_samples of shape [N, C, {}] for input {}, but got {}",
+        n,
+        n,
+        shape_str(&dims),
+        shape_str(&sd)
+    );
+    let mut out_dims = lead.clone();
+    out_dims.extend_from_slice(&out);
+    if product(&out_dims) == 0 {
+        let v = zeros(cx, x.dtype, &out_dims);
+        let i = zeros(cx, DType::I64, &out_dims);
+        return Ok(vec![Out::Tensor(v), Out::Tensor(i)]);
+    }
+    let dt = x.dtype;
+    let smp = cx.cast(samples.v, dt);
+    let smp = cx.reshape(smp, &[planes, n as i64]);
+    let in_sp = &dims[r - n..];
+    // Window dims: (planes, O1, k1, O2, k2, ...).
+    let mut wdims = vec![planes];
+    for i in 0..n {
+        wdims.push(out[i]);
+        wdims.push(k[i]);
+    }
+    let mut flat: Option<Value> = None;
+    let mut stride = 1i64;
+    for i in (0..n).rev() {
+        // The 2-d samples are ordered (w, h); the 3-d ones (t, h, w).
+        let which = if n == 2 { 1 - i } else { i };
+        let s = cx.slice(smp, &[0, which as i64], &[planes, which as i64 + 1], &[1, 1]);
+        let s = cx.reshape(s, &[planes]);
+        let starts = fractional_starts(cx, s, in_sp[i], out[i], k[i], dt);
+        let ty = TensorType::new(I64, &[planes, out[i], k[i]]);
+        let sb = cx.broadcast_in_dim(starts, &[planes, out[i], k[i]], &[0, 1]);
+        let t = cx.iota(&ty, 2);
+        let c = cx.add(sb, t);
+        let st = cx.b.splat_i64(stride, &ty);
+        let c = cx.mul(c, st);
+        let cb = cx.broadcast_in_dim(c, &wdims, &[0, (1 + 2 * i) as i64, (2 + 2 * i) as i64]);
+        flat = Some(match flat {
+            None => cb,
+            Some(f) => cx.add(f, cb),
+        });
+        stride *= in_sp[i];
+    }
+    let flat = flat.unwrap();
+    let m = stride;
+    let ty = TensorType::new(I64, &wdims);
+    let row = cx.iota(&ty, 0);
+    let mm = cx.b.splat_i64(m, &ty);
+    let off = cx.mul(row, mm);
+    let global = cx.add(flat, off);
+    let mut gshape = wdims.clone();
+    gshape.push(1);
+    let global = cx.reshape(global, &gshape);
+    let xf = cx.reshape(x.v, &[planes * m]);
+    let dn = GatherDims {
+        offset_dims: vec![],
+        collapsed_slice_dims: vec![0],
+        start_index_map: vec![0],
+        index_vector_dim: wdims.len() as i64,
+        ..Default::default()
+    };
+    let vals = cx.gather(xf, global, &dn, &[1], false);
+    let kdims: Vec<i64> = (0..n).map(|i| (2 + 2 * i) as i64).collect();
+    let lo = lowest(cx, dt);
+    let sentinel = cx.constant_i64(i64::MAX, I64);
+    let res = cx.reduce(&[vals, flat], &[lo, sentinel], &kdims, |b, a| argmax_pair(b, a[0], a[1], a[2], a[3]));
+    let v = cx.reshape(res[0], &out_dims);
+    let i = cx.reshape(res[1], &out_dims);
+    Ok(vec![Out::Tensor(v), Out::Tensor(i)])
+}
+
+/// generate_intervals: window starts (planes, out) from one sample per plane, in `dt`
+/// arithmetic: (int)((i + sample) * alpha) - (int)(sample * alpha), the last start in - k.
+fn fractional_starts(cx: &mut Cx, sample: Value, input: i64, out: i64, k: i64, dt: DType) -> Value {
+    let planes = cx.dims(sample)[0];
+    let ty = TensorType::new(I64, &[planes, out]);
+    let last = cx.b.splat_i64(input - k, &ty);
+    if out == 1 {
+        return last;
+    }
+    let e = dt.elem();
+    // (scalar_t)(in - k) / (scalar_t)(out - 1): a float division for 16-bit types, rounded.
+    let q = stablehlo::round_to((input - k) as f64, e) / stablehlo::round_to((out - 1) as f64, e);
+    let q = if dt == DType::F64 { q } else { q as f32 as f64 };
+    let alpha = stablehlo::round_to(q, e);
+    let av = cx.full(alpha, dt, &[planes, out]);
+    let sb = cx.broadcast_in_dim(sample, &[planes, out], &[0]);
+    let io = cx.iota(&ty, 1);
+    let iof = cx.convert(io, e);
+    let ip = cx.add(iof, sb);
+    let a = cx.mul(ip, av);
+    let a = cx.convert(a, I64);
+    let b = cx.mul(sb, av);
+    let b = cx.convert(b, I64);
+    let st = cx.sub(a, b);
+    let ity = TensorType::new(I64, &[planes, out]);
+    let pos = cx.iota(&ity, 1);
+    let lastpos = cx.b.splat_i64(out - 1, &ity);
+    let is_last = cx.compare(CmpDir::Eq, pos, lastpos);
+    cx.select(is_last, last, st)
+}
+
+fn fractional_max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
+    let g = args.tensor("grad_output")?;
+    let x = args.tensor("self")?;
+    let idx = args.tensor("indices")?;
+    let (_, out) = fractional_checks(cx, &x, args, n)?;
+    let dims = cx.dims(x.v);
+    pooled_shape_check("grad_output", &cx.dims(g.v), &dims, &out)?;
+    pooled_shape_check("indices", &cx.dims(idx.v), &dims, &out)?;
     let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
     one(cx.cast(gi, x.dtype))
 }
