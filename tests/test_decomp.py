@@ -169,6 +169,13 @@ def test_solve_triangular_grad(dtype):
     grad_check(lambda x, y: torch.linalg.solve_triangular(x, y, upper=False, left=False), a, b.mT)
 
 
+def test_solve_triangular_mixed_dtypes():
+    # Solved in the promoted dtype, returned in A's.
+    a, b = well((3, 3)), rnd((3, 2))
+    for x, y in [(a, b.double()), (a.double(), b), (a.to(torch.complex64), b.double())]:
+        check(lambda s, t: torch.linalg.solve_triangular(s, t, upper=True), x, y, atol=1e-5, rtol=1e-5)
+
+
 def test_solve_triangular_errors():
     check_error(torch.linalg.solve_triangular, rnd((3, 4)), rnd((3, 3)), upper=True)
     check_error(torch.linalg.solve_triangular, rnd((3, 3)), rnd((4, 3)), upper=True)

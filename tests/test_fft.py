@@ -141,3 +141,20 @@ def test_errors():
     check_error(torch.fft.fftn, real((4, 4)), dim=(0, 0))
     check_error(torch.fft.fft, real((4,)), n=0)
     check_error(torch.fft.fft2, real((4,)))
+
+
+def test_stft():
+    # stft frames the signal and runs _fft_r2c over the frames.
+    x, w = real((2, 400)), torch.hann_window(64)
+    check(lambda t, win: torch.stft(t, 64, hop_length=16, window=win, return_complex=True), x, w, **TOL)
+    check(lambda t, win: torch.stft(t, 64, hop_length=16, window=win, center=False, onesided=False,
+                                    return_complex=True), x, w, **TOL)
+
+
+def test_compile_graph():
+    def f(t):
+        return torch.fft.irfft(torch.fft.rfft(t) * 2, n=t.shape[-1]), torch.fft.fft2(t)
+    x = real((3, 10))
+    got = torch.compile(f, backend="tpu")(x.to(TPU))
+    for g, e in zip(got, f(x)):
+        torch.testing.assert_close(g.cpu(), e, **TOL)

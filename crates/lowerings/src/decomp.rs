@@ -559,12 +559,14 @@ fn linalg_solve_triangular(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             bc
         );
     }
-    // Mixed dtypes are promoted like PyTorch's linalg.solve_triangular.
+    // Like PyTorch's: solved in the promoted dtype, returned in A's.
     let dt = crate::dtype::promote(a.dtype, bt.dtype);
     check_lapack_dtype(dt, "triangular_solve_cpu")?;
     let av = cx.cast(a.v, dt);
     let bv = cx.cast(bt.v, dt);
-    one(solve_tri_batched(cx, av, bv, left, !upper, unit, "NO_TRANSPOSE")?)
+    let x = solve_tri_batched(cx, av, bv, left, !upper, unit, "NO_TRANSPOSE")?;
+    let x = if dt.is_complex() && !a.dtype.is_complex() { cx.real(x) } else { x };
+    one(cx.cast(x, a.dtype))
 }
 
 /// triangular_solve(self=b, A, upper, transpose, unitriangular) -> (solution, cloned A).
