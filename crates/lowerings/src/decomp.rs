@@ -9,10 +9,14 @@
 //! - QR is Householder QR with LAPACK's reflector conventions (geqrf: R's diagonal is
 //!   -sign(Re a) * norm, H = I - tau v v^H with v[0] = 1), a while loop over the columns.
 //! - eigh is cyclic Jacobi with the round-robin ordering: each step rotates N/2 disjoint index
-//!   pairs at once (A <- J^H A J), until the off-diagonal part is negligible.
+//!   pairs at once (A <- J^H A J, the rotated pairs' diagonal and zeros set exactly), until the
+//!   off-diagonal part is below eps ||A||; the eigenvalues are then the Rayleigh quotients of
+//!   the (re-orthonormalized) eigenvectors.
 //! - svd is one-sided Jacobi (Hestenes): the same rotations orthogonalize the columns of A
-//!   (A <- A J, V <- V J); the column norms are the singular values. Full U/V are completed
-//!   with a Householder QR.
+//!   (A <- A J, V <- V J) to LAPACK's gesvj criterion; the singular values are the column norms
+//!   of A V, U is A V / sigma re-orthonormalized (and completed, for full_matrices or a rank
+//!   deficient A) by a Householder QR. Accuracy is on par with LAPACK's for well-conditioned
+//!   inputs; eigenvectors and singular vectors may differ from LAPACK's by a sign (phase).
 //! - lstsq goes through the SVD (the minimum-norm solution, like gelsd), matrix_exp is a
 //!   degree-18 Taylor polynomial with scaling and squaring.
 //!
@@ -1195,29 +1199,28 @@ fn linalg_slogdet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// Householder QR of a batch [B, m, n] with LAPACK's conventions (geqrf + orgqr/ungqr):
 /// reflector j is H_j = I - tau_j v_j v_j^H with v_j[j] = 1 and zeros above, chosen so that
 /// H_j^H maps column j to (.., beta, 0, ..) with beta = -sign(Re alpha) ||x|| (real); a column
-/// with nothing to eliminate gets tau = 0. Returns (Q = H_1 ... H_k [B, m, m], R [B, m, n],
-/// the reflectors V [B, m, k] and tau [B, k]).
-fn householder_qr(b: &mut Builder, a: Value) -> (Value, Value, Value, Value) {
+/// with nothing to eliminate gets tau = 0. Returns (R [B, m, n], the reflectors V [B, m, k]
+/// (unit at j, zeros above) and tau [B, k]); Q = H_1 ... H_k comes from `apply_reflectors`.
+fn householder_qr(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     let d = b.dims(a).to_vec();
     let (bs, m, n) = (d[0], d[1], d[2]);
     let k = m.min(n);
     let e = b.elem(a);
     let re = e.real_type();
-    let q0 = eye3(b, e, bs, m, m);
     let v0 = splat(b, 0.0, e, &[bs, m, k]);
     let t0 = splat(b, 0.0, e, &[bs, k]);
     if k == 0 || bs == 0 {
-        return (q0, a, v0, t0);
+        return (a, v0, t0);
     }
     let j0 = b.constant_i64(0, I64);
     let out = b.while_loop(
-        &[j0, a, q0, v0, t0],
+        &[j0, a, v0, t0],
         |b, v| {
             let kk = b.constant_i64(k, I64);
             b.compare(CmpDir::Lt, v[0], kk)
         },
         |b, v| {
-            let (j, r, q, vs, taus) = (v[0], v[1], v[2], v[3], v[4]);
+            let (j, r, vs, taus) = (v[0], v[1], v[2], v[3]);
             let zero = b.constant_i64(0, I64);
             let d2 = [bs, m];
             let d3 = [bs, m, n];
@@ -1281,26 +1284,74 @@ fn householder_qr(b: &mut Builder, a: Value) -> (Value, Value, Value, Value) {
             let newcol3 = bcast(b, newcol, &d3, &[0, 1]);
             let on_j = b.compare(CmpDir::Eq, cols3, j3);
             let r = b.select(on_j, newcol3, r);
-            // Q <- Q H = Q - tau (Q v) v^H.
-            let dq = [bs, m, m];
-            b.set_precision(Some(Precision::Highest));
-            let qv = b.dot_general(q, vv, &[0], &[0], &[2], &[1], e);
-            let qv3 = bcast(b, qv, &dq, &[0, 1]);
-            let vc3 = bcast(b, vc, &dq, &[0, 2]);
-            let tq = bcast(b, tau, &dq, &[0]);
-            let outer = b.mul(qv3, vc3);
-            let updq = b.mul(tq, outer);
-            let q = b.sub(q, updq);
             let vcol = b.reshape(vv, &[bs, m, 1]);
             let vs = b.dynamic_update_slice(vs, vcol, &[zero, zero, j]);
             let tcol = b.reshape(tau, &[bs, 1]);
             let taus = b.dynamic_update_slice(taus, tcol, &[zero, j]);
             let one = b.constant_i64(1, I64);
-            vec![b.add(j, one), r, q, vs, taus]
+            vec![b.add(j, one), r, vs, taus]
         },
     );
-    (out[2], out[1], out[3], out[4])
+    (out[1], out[2], out[3])
 }
+
+/// Q C (or Q^H C when `adjoint`) for Q = H_1 ... H_k given by reflectors V [B, m, k] (unit at
+/// j, zeros above) and tau [B, k], applied to C [B, m, p] one reflector at a time (LAPACK's
+/// orm2r): Q C applies H_k first, Q^H C applies H_1^H first; H_j^(H) C = C - tau_j^(*) v (v^H C).
+fn apply_reflectors(b: &mut Builder, vs: Value, tau: Value, c: Value, adjoint_q: bool) -> Value {
+    let d = b.dims(c).to_vec();
+    let (bs, m, p) = (d[0], d[1], d[2]);
+    let k = b.dims(tau)[1];
+    let e = b.elem(c);
+    if k == 0 || bs == 0 || m == 0 || p == 0 {
+        return c;
+    }
+    let j0 = b.constant_i64(0, I64);
+    let out = b.while_loop(
+        &[j0, c],
+        |b, v| {
+            let kk = b.constant_i64(k, I64);
+            b.compare(CmpDir::Lt, v[0], kk)
+        },
+        |b, v| {
+            let (i, c) = (v[0], v[1]);
+            // Reflector j = k - 1 - i for Q C, j = i for Q^H C.
+            let j = if adjoint_q {
+                i
+            } else {
+                let last = b.constant_i64(k - 1, I64);
+                b.sub(last, i)
+            };
+            let zero = b.constant_i64(0, I64);
+            let vv = b.dynamic_slice(vs, &[zero, zero, j], &[bs, m, 1]);
+            let vv = b.reshape(vv, &[bs, m]);
+            let t = b.dynamic_slice(tau, &[zero, j], &[bs, 1]);
+            let t = b.reshape(t, &[bs]);
+            let t = if adjoint_q { conj(b, t) } else { t };
+            let vc = conj(b, vv);
+            b.set_precision(Some(Precision::Highest));
+            let w = b.dot_general(vc, c, &[0], &[0], &[1], &[1], e);
+            let d3 = [bs, m, p];
+            let v3 = bcast(b, vv, &d3, &[0, 1]);
+            let w3 = bcast(b, w, &d3, &[0, 2]);
+            let t3 = bcast(b, t, &d3, &[0]);
+            let outer = b.mul(v3, w3);
+            let upd = b.mul(t3, outer);
+            let c = b.sub(c, upd);
+            let one = b.constant_i64(1, I64);
+            vec![b.add(i, one), c]
+        },
+    );
+    out[1]
+}
+
+/// The first `cols` columns of Q = H_1 ... H_k [B, m, cols] (LAPACK's org2r).
+fn q_columns(b: &mut Builder, vs: Value, tau: Value, cols: i64) -> Value {
+    let d = b.dims(vs).to_vec();
+    let id = eye3(b, b.elem(vs), d[0], d[1], cols);
+    apply_reflectors(b, vs, tau, id, false)
+}
+
 
 /// linalg_qr(A, mode) -> (Q, R): mode "reduced" (Q m x k, R k x n), "complete" (Q m x m,
 /// R m x n) or "r" (Q empty, R k x n).
@@ -1318,10 +1369,10 @@ fn linalg_qr(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check_lapack_dtype(a.dtype, "linalg_qr_cpu")?;
     let mm = mats(cx, a.v);
     let k = mm.m.min(mm.n);
-    let (q, r, _, _) = householder_qr(cx, mm.v);
+    let (r, vs, tau) = householder_qr(cx, mm.v);
     let (q, r) = match mode {
-        "complete" => (Some(q), r),
-        "reduced" => (Some(block(cx, q, (0, mm.m), (0, k))), block(cx, r, (0, k), (0, mm.n))),
+        "complete" => (Some(q_columns(cx, vs, tau, mm.m)), r),
+        "reduced" => (Some(q_columns(cx, vs, tau, k)), block(cx, r, (0, k), (0, mm.n))),
         _ => (None, block(cx, r, (0, k), (0, mm.n))),
     };
     let q = match q {
@@ -1340,7 +1391,7 @@ fn geqrf(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check_lapack_dtype(a.dtype, "geqrf_cpu")?;
     let mm = mats(cx, a.v);
     let k = mm.m.min(mm.n);
-    let (_, r, v, tau) = householder_qr(cx, mm.v);
+    let (r, v, tau) = householder_qr(cx, mm.v);
     // Reflectors (without their unit entry) below the diagonal of the first k columns.
     let pad = cx.b.constant_f64(0.0, a.dtype.elem());
     let v = cx.pad(v, pad, &[0, 0, 0], &[0, 0, mm.n - k], &[0, 0, 0]);
@@ -1377,56 +1428,19 @@ fn linalg_householder_product(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check_lapack_dtype(a.dtype, "orgqr_cpu")?;
     let mm = mats(cx, a.v);
     let tv = cx.reshape(tau.v, &[mm.bs, k]);
-    let q = reflector_product(cx, mm.v, tv);
-    let q = block(cx, q, (0, m), (0, n));
+    let vs = packed_reflectors(cx, mm.v, k);
+    let q = q_columns(cx, vs, tv, n);
     one(unflatten(cx, q, &mm.batch))
 }
 
-/// Q = H_1 ... H_k [B, m, m] from LAPACK-packed reflectors: column j of `packed` [B, m, >= k]
-/// below the diagonal (with a unit on it) is v_j, and H_j = I - tau_j v_j v_j^H (tau [B, k]).
-fn reflector_product(b: &mut Builder, packed: Value, tau: Value) -> Value {
+/// The unit lower reflectors V [B, m, k] held below the diagonal of LAPACK-packed [B, m, >= k].
+fn packed_reflectors(b: &mut Builder, packed: Value, k: i64) -> Value {
     let d = b.dims(packed).to_vec();
     let (bs, m) = (d[0], d[1]);
-    let k = b.dims(tau)[1];
-    let e = b.elem(packed);
-    let q0 = eye3(b, e, bs, m, m);
-    if k == 0 || bs == 0 || m == 0 {
-        return q0;
-    }
     let vpart = block(b, packed, (0, m), (0, k));
     let vlow = tri(b, vpart, true, -1);
-    let id = eye3(b, e, bs, m, k);
-    let vs = b.add(vlow, id);
-    let j0 = b.constant_i64(0, I64);
-    let out = b.while_loop(
-        &[j0, q0],
-        |b, v| {
-            let kk = b.constant_i64(k, I64);
-            b.compare(CmpDir::Lt, v[0], kk)
-        },
-        |b, v| {
-            // Q <- Q H_j = Q - tau_j (Q v_j) v_j^H
-            let (j, q) = (v[0], v[1]);
-            let zero = b.constant_i64(0, I64);
-            let vv = b.dynamic_slice(vs, &[zero, zero, j], &[bs, m, 1]);
-            let vv = b.reshape(vv, &[bs, m]);
-            let t = b.dynamic_slice(tau, &[zero, j], &[bs, 1]);
-            let t = b.reshape(t, &[bs]);
-            let dq = [bs, m, m];
-            b.set_precision(Some(Precision::Highest));
-            let qv = b.dot_general(q, vv, &[0], &[0], &[2], &[1], e);
-            let vc = conj(b, vv);
-            let qv3 = bcast(b, qv, &dq, &[0, 1]);
-            let vc3 = bcast(b, vc, &dq, &[0, 2]);
-            let t3 = bcast(b, t, &dq, &[0]);
-            let outer = b.mul(qv3, vc3);
-            let upd = b.mul(t3, outer);
-            let q = b.sub(q, upd);
-            let one = b.constant_i64(1, I64);
-            vec![b.add(j, one), q]
-        },
-    );
-    out[1]
+    let id = eye3(b, b.elem(packed), bs, m, k);
+    b.add(vlow, id)
 }
 
 /// ormqr(self=reflectors, input2=tau, input3=other, left, transpose): op(Q) C (left) or
@@ -1477,9 +1491,15 @@ fn ormqr(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cv);
     }
     let tv = cx.reshape(tv, &[am.bs, k]);
-    let q = reflector_product(cx, am.v, tv);
-    let q = if transpose { adjoint(cx, q) } else { q };
-    let r = if left { bmm(cx, q, cm.v) } else { bmm(cx, cm.v, q) };
+    let vs = packed_reflectors(cx, am.v, k);
+    let r = if left {
+        apply_reflectors(cx, vs, tv, cm.v, transpose)
+    } else {
+        // C op(Q) = (op(Q)^H C^H)^H
+        let ch = adjoint(cx, cm.v);
+        let x = apply_reflectors(cx, vs, tv, ch, !transpose);
+        adjoint(cx, x)
+    };
     one(unflatten(cx, r, &batch))
 }
 
@@ -1529,7 +1549,7 @@ fn pair_index(b: &mut Builder, i: Value, j: Value) -> Value {
 /// phase on index q: J = D R with D_q = conj(apq) / |apq| and R the real rotation
 /// [[c, s], [-s, c]], t = s / c = sign(theta) / (|theta| + sqrt(theta^2 + 1)),
 /// theta = (aqq - app) / (2 |apq|).
-fn jacobi_rotation(b: &mut Builder, app: Value, aqq: Value, apq: Value, p: Value, q: Value, n: i64) -> Value {
+fn jacobi_rotation(b: &mut Builder, app: Value, aqq: Value, apq: Value, p: Value, q: Value, n: i64) -> (Value, Value) {
     let e = b.elem(apq);
     let re = e.real_type();
     let d = b.dims(app).to_vec();
@@ -1577,6 +1597,15 @@ fn jacobi_rotation(b: &mut Builder, app: Value, aqq: Value, apq: Value, p: Value
     };
     let vals = b.concatenate(&[c_e, cq, s_e, sq], 1);
     let zeros = splat(b, 0.0, e, &[bs, n, n]);
+    let _ = h;
+    let j = scatter_pairs(b, zeros, idx, vals);
+    // The exact change of the diagonal: a_pp - t |a_pq| and a_qq + t |a_pq|.
+    let shift = b.mul(t, abs);
+    (j, shift)
+}
+
+/// x [B, N, N] with the entries at the index pairs idx [K, 2] replaced by vals [B, K].
+fn scatter_pairs(b: &mut Builder, x: Value, idx: Value, vals: Value) -> Value {
     let dn = ScatterDims {
         update_window_dims: vec![0],
         inserted_window_dims: vec![1, 2],
@@ -1586,8 +1615,23 @@ fn jacobi_rotation(b: &mut Builder, app: Value, aqq: Value, apq: Value, p: Value
         unique_indices: true,
         ..Default::default()
     };
-    let _ = h;
-    b.scatter(zeros, idx, vals, &dn, |_, _, upd| upd)
+    b.scatter(x, idx, vals, &dn, |_, _, upd| upd)
+}
+
+/// One Newton-Schulz step toward orthonormal columns, Q (3I - Q^H Q) / 2: it squares the
+/// deviation from orthonormality that many accumulated rotations leave (zero columns stay zero).
+fn reorthonormalize(b: &mut Builder, q: Value) -> Value {
+    let d = b.dims(q).to_vec();
+    let e = b.elem(q);
+    let qh = adjoint(b, q);
+    let g = bmm(b, qh, q);
+    let three = eye3(b, e, d[0], d[2], d[2]);
+    let c3 = splat(b, 3.0, e, &[d[0], d[2], d[2]]);
+    let three = b.mul(three, c3);
+    let m = b.sub(three, g);
+    let half = splat(b, 0.5, e, &[d[0], d[2], d[2]]);
+    let m = b.mul(m, half);
+    bmm(b, q, m)
 }
 
 /// The pair tables of round `r` (0-d i64) as two [H] index vectors.
@@ -1650,7 +1694,9 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
         let a2 = abs2(b, a);
         sum(b, a2, &[1, 2])
     };
-    let tol = (nn as f64) * eps(e);
+    // Converged when the off-diagonal part is below eps ||A||_F (the rotated pairs are zeroed
+    // exactly, so rounding does not hold it above that).
+    let tol = eps(e);
     let tol2 = splat(b, tol * tol, re, &[bs]);
     let limit = b.mul(tol2, fro);
     let v0 = eye3(b, e, bs, nn, nn);
@@ -1679,19 +1725,41 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
             let aqq = b.real(aqq);
             let apq = gather_pairs(b, a, ipq);
             let (app, aqq) = if e.is_complex() { (app, aqq) } else { (b.convert(app, e), b.convert(aqq, e)) };
-            let j = jacobi_rotation(b, app, aqq, apq, p, q, nn);
+            let (j, shift) = jacobi_rotation(b, app, aqq, apq, p, q, nn);
             let jh = adjoint(b, j);
             let ja = bmm(b, jh, a);
             let a = bmm(b, ja, j);
+            // The rotated pairs' diagonal entries and zeros, exactly (the product above rounds
+            // them relative to the whole entries; accumulated over the rounds that is
+            // much less accurate).
+            let app_r = b.real(app);
+            let aqq_r = b.real(aqq);
+            let dp = b.sub(app_r, shift);
+            let dq = b.add(aqq_r, shift);
+            let dp = to_elem(b, dp, e);
+            let dq = to_elem(b, dq, e);
+            let dd = b.dims(dp).to_vec();
+            let z = splat(b, 0.0, e, &dd);
+            let iqp = pair_index(b, q, p);
+            let idx = b.concatenate(&[ipp, iqq, ipq, iqp], 0);
+            let vals = b.concatenate(&[dp, dq, z, z], 1);
+            let a = scatter_pairs(b, a, idx, vals);
             let vecs = bmm(b, vecs, j);
             let one = b.constant_i64(1, I64);
             vec![b.add(t, one), a, vecs]
         },
     );
-    let dg = diag(b, out[1]);
+    // Eigenvalues as the Rayleigh quotients v^H A v of the (re-orthonormalized) eigenvectors
+    // with the original A: their error is second order in the eigenvectors' error, where the
+    // rotated diagonal carries the rounding of every rotation.
+    let v = reorthonormalize(b, out[2]);
+    let av = bmm(b, a, v);
+    let vh = adjoint(b, v);
+    let vav = bmm(b, vh, av);
+    let dg = diag(b, vav);
     let w = b.real(dg);
     let w = b.slice(w, &[0, 0], &[bs, n], &[1, 1]);
-    let v = block(b, out[2], (0, n), (0, n));
+    let v = block(b, v, (0, n), (0, n));
     (w, v)
 }
 
@@ -1765,7 +1833,9 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     let h = nn / 2;
     let ptab = b.constant_array_i64(&ps, &[rounds, h], I64);
     let qtab = b.constant_array_i64(&qs, &[rounds, h], I64);
-    let tol = (m.max(nn) as f64) * eps(e);
+    // LAPACK's gesvj criterion: columns p, q count as orthogonal once
+    // |w_p^H w_q| <= sqrt(m) eps ||w_p|| ||w_q||.
+    let tol = (m as f64).sqrt().max(1.0) * eps(e);
     let gram = |b: &mut Builder, w: Value| {
         let wh = adjoint(b, w);
         bmm(b, wh, w)
@@ -1812,7 +1882,7 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             let aqq = b.real(aqq);
             let apq = gather_pairs(b, g, ipq);
             let (app, aqq) = if e.is_complex() { (app, aqq) } else { (b.convert(app, e), b.convert(aqq, e)) };
-            let j = jacobi_rotation(b, app, aqq, apq, p, q, nn);
+            let (j, _) = jacobi_rotation(b, app, aqq, apq, p, q, nn);
             let w = bmm(b, w, j);
             let vecs = bmm(b, vecs, j);
             let g = gram(b, w);
@@ -1820,7 +1890,10 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             vec![b.add(t, one), w, vecs, g]
         },
     );
-    let (w, vecs) = (out[1], out[2]);
+    // The rotated columns carry the rounding of every rotation: recompute them as A V from the
+    // (re-orthonormalized) V.
+    let vecs = reorthonormalize(b, out[2]);
+    let w = bmm(b, w0, vecs);
     let w = block(b, w, (0, m), (0, n));
     let vecs = block(b, vecs, (0, n), (0, n));
     let w2 = abs2(b, w);
@@ -1843,33 +1916,35 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     (u, sigma, vecs)
 }
 
-/// The first `cols` columns of an orthonormal basis that starts with the non-zero columns of
-/// `u` [B, m, k] (orthonormal, zero columns last): zero columns and the columns past k come
-/// from a Householder QR of u.
-fn complete_basis(b: &mut Builder, u: Value, cols: i64) -> Value {
+/// An orthonormal basis [B, m, cols] whose leading columns follow those of `u` [B, m, k]
+/// (nearly orthonormal, by decreasing singular value, zero columns last): the Householder QR
+/// of u re-orthonormalizes them in order (a column moves only by its deviation from the ones
+/// before it, so the large singular directions stay put) and completes the basis where u has
+/// zero columns or none. Column j of Q is u_j / R_jj: the phase of R_jj is put back.
+fn orthonormal_basis(b: &mut Builder, u: Value, cols: i64) -> Value {
     let d = b.dims(u).to_vec();
     let (bs, m, k) = (d[0], d[1], d[2]);
     let e = b.elem(u);
-    let (q, _, _, _) = householder_qr(b, u);
-    let q = block(b, q, (0, m), (0, cols));
-    let dk = [bs, m, k];
-    let u2 = abs2(b, u);
-    let norms = sum(b, u2, &[1]);
-    let zero = splat(b, 0.0, b.elem(norms), &[bs, k]);
-    let present = b.compare(CmpDir::Gt, norms, zero);
-    let present = bcast(b, present, &dk, &[0, 2]);
+    let (r, vs, tau) = householder_qr(b, u);
+    let q = q_columns(b, vs, tau, cols);
     let kk = k.min(cols);
-    let head_u = block(b, u, (0, m), (0, kk));
-    let head_q = block(b, q, (0, m), (0, kk));
-    let present = b.slice(present, &[0, 0, 0], &[bs, m, kk], &[1, 1, 1]);
-    let head = b.select(present, head_u, head_q);
-    if cols > kk {
-        let tail = block(b, q, (0, m), (kk, cols));
-        b.concatenate(&[head, tail], 2)
+    let rk = block(b, r, (0, kk), (0, kk));
+    let rd = diag(b, rk);
+    let mag = b.abs(rd);
+    let half = splat(b, 0.5, e.real_type(), &[bs, kk]);
+    let present = b.compare(CmpDir::Gt, mag, half);
+    let mag_e = to_elem(b, mag, e);
+    let ph = b.div(rd, mag_e);
+    let ones = splat(b, 1.0, e, &[bs, kk]);
+    let ph = b.select(present, ph, ones);
+    let ph = if cols > kk {
+        let rest = splat(b, 1.0, e, &[bs, cols - kk]);
+        b.concatenate(&[ph, rest], 1)
     } else {
-        let _ = e;
-        head
-    }
+        ph
+    };
+    let ph3 = bcast(b, ph, &[bs, m, cols], &[0, 2]);
+    b.mul(q, ph3)
 }
 
 /// SVD of a batch [B, m, n]: (U [B, m, m or k], S [B, k] descending, Vh [B, n or k, n]).
@@ -1886,7 +1961,7 @@ fn svd_batch(b: &mut Builder, a: Value, full: bool, compute_uv: bool) -> (Value,
     }
     let big = if wide { n } else { m };
     let k = m.min(n);
-    let u1 = complete_basis(b, sorted[0], if full { big } else { k });
+    let u1 = orthonormal_basis(b, sorted[0], if full { big } else { k });
     let v1 = sorted[1];
     if wide {
         // A = V1 S U1^H.
