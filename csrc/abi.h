@@ -54,7 +54,9 @@ typedef struct TtArg {
   };
 } TtArg;
 
-enum TtOutKind : uint8_t { TT_OUT_TENSOR = 0, TT_OUT_LIST = 1, TT_OUT_INT = 2, TT_OUT_FLOAT = 3, TT_OUT_BOOL = 4 };
+// A tensor, or a list header (i = item count) followed by its items. Number returns (bool,
+// int, float in the schema) come back as 0-d tensors that the shim reads.
+enum TtOutKind : uint8_t { TT_OUT_TENSOR = 0, TT_OUT_LIST = 1 };
 
 typedef struct TtOut {
   uint8_t kind;
@@ -62,8 +64,7 @@ typedef struct TtOut {
   int32_t ndim;
   const int64_t* sizes;
   void* cell;     // a new cell owned by the receiver (one reference)
-  int64_t i;      // list length, or an int/bool result
-  double f;
+  int64_t i;      // list length
 } TtOut;
 
 enum TtStatus : int32_t {

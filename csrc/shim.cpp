@@ -412,6 +412,7 @@ int32_t op_id(const c10::OperatorHandle& op, uint64_t* write_mask, bool* hidden_
 }
 
 void resize_for_out(at::Tensor& t, c10::IntArrayRef sizes);
+at::Scalar local_scalar_dense(const at::Tensor& self);
 
 bool cpu_fallback_enabled() {
   static bool on = [] {
@@ -501,16 +502,23 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_CHECK(next < r->nouts, "torchtpu: ", schema.name(), " returned too few values");
     const TtOut& o = r->outs[next++];
     switch (o.kind) {
-      case TT_OUT_TENSOR: returns.emplace_back(wrap_out(o, device)); break;
+      case TT_OUT_TENSOR: {
+        at::Tensor t = wrap_out(o, device);
+        // A number return (equal -> bool) comes back as a 0-d tensor: read it.
+        switch (ret.real_type()->kind()) {
+          case c10::TypeKind::BoolType: returns.emplace_back(local_scalar_dense(t).toBool()); break;
+          case c10::TypeKind::IntType: returns.emplace_back(local_scalar_dense(t).toLong()); break;
+          case c10::TypeKind::FloatType: returns.emplace_back(local_scalar_dense(t).toDouble()); break;
+          default: returns.emplace_back(std::move(t));
+        }
+        break;
+      }
       case TT_OUT_LIST: {
         std::vector<at::Tensor> items;
         for (int64_t k = 0; k < o.i; k++) items.push_back(wrap_out(r->outs[next++], device));
         returns.emplace_back(std::move(items));
         break;
       }
-      case TT_OUT_INT: returns.emplace_back(o.i); break;
-      case TT_OUT_FLOAT: returns.emplace_back(o.f); break;
-      case TT_OUT_BOOL: returns.emplace_back((bool)o.i); break;
     }
   }
   torch::jit::drop(*stack, nargs);

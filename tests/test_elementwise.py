@@ -238,3 +238,16 @@ def test_grads():
 def test_complex_scalar_promotes():
     check(lambda t: t + 1j, make((2, 3)))
     check(lambda t: t * (2 - 1j), make((4,)))
+
+
+def test_equal():
+    a = make((3, 4))
+    assert torch.equal(a.to(TPU), a.clone().to(TPU)) is True
+    b = a.clone()
+    b[1, 2] += 1
+    assert torch.equal(a.to(TPU), b.to(TPU)) is False
+    assert torch.equal(a.to(TPU), a[:2].to(TPU)) is False
+    assert torch.equal(a.to(TPU).t(), a.t().contiguous().to(TPU)) is True
+    n = torch.tensor([float("nan")])
+    assert torch.equal(n.to(TPU), n.to(TPU)) == torch.equal(n, n)
+    assert torch.equal(torch.empty(0, device="tpu"), torch.empty(0, device="tpu")) is True

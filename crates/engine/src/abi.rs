@@ -82,7 +82,6 @@ pub struct TtOut {
     pub sizes: *const i64,
     pub cell: *mut c_void,
     pub i: i64,
-    pub f: f64,
 }
 
 pub const TT_OK: i32 = 0;

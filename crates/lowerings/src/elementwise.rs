@@ -83,6 +83,7 @@ pub fn register(r: &mut Registry) {
         })
     });
     r.add("conj_physical", conj_physical);
+    r.add("equal", equal);
     r.add("_conj_physical", conj_physical);
     r.add("isnan", |cx, a| {
         let x = a.tensor("self")?;
@@ -723,4 +724,20 @@ fn is_signed_inf(cx: &mut Cx, args: &Args, inf: f64) -> Result<Vec<Out>> {
     }
     let v = cx.full(inf, x.dtype, &dims);
     one(cx.compare(CmpDir::Eq, x.v, v))
+}
+
+/// equal(self, other) -> bool: same shape and all elements equal (NaN is never equal).
+fn equal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let a = args.tensor("self")?;
+    let b = args.tensor("other")?;
+    if cx.dims(a.v) != cx.dims(b.v) {
+        return one(cx.b.constant_bool(false));
+    }
+    let dt = crate::promote(a.dtype, b.dtype);
+    let (x, y) = (cx.cast(a.v, dt), cx.cast(b.v, dt));
+    let eq = cx.compare(CmpDir::Eq, x, y);
+    let all: Vec<i64> = (0..cx.dims(eq).len() as i64).collect();
+    let init = cx.b.constant_bool(true);
+    let r = cx.reduce(&[eq], &[init], &all, |b, v| vec![b.and(v[0], v[1])]);
+    one(r[0])
 }

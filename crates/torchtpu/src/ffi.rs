@@ -48,12 +48,11 @@ fn push_produced(buf: &mut ResultBuf, p: Produced) {
                 sizes: std::ptr::null(),
                 cell: cell as *mut c_void,
                 i: 0,
-                f: 0.0,
             });
             buf.dims.push(dims);
         }
         Produced::List(items) => {
-            buf.outs.push(TtOut { kind: TT_OUT_LIST, dtype: 0, ndim: 0, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: items.len() as i64, f: 0.0 });
+            buf.outs.push(TtOut { kind: TT_OUT_LIST, dtype: 0, ndim: 0, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: items.len() as i64 });
             buf.dims.push(Vec::new());
             for it in items {
                 push_produced(buf, it);
@@ -88,7 +87,7 @@ fn respond(f: impl FnOnce() -> Result<CallResult, Error>) -> *const TtResult {
             Ok(CallResult::Resize(arg, dims)) => {
                 buf.result.status = TT_RESIZE;
                 buf.result.resize_arg = arg as i32;
-                buf.outs.push(TtOut { kind: TT_OUT_TENSOR, dtype: 0, ndim: dims.len() as i32, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: 0, f: 0.0 });
+                buf.outs.push(TtOut { kind: TT_OUT_TENSOR, dtype: 0, ndim: dims.len() as i32, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: 0 });
                 buf.dims.push(dims);
             }
             Err(e) => {
