@@ -512,3 +512,25 @@ def test_16bit_rounding_like_cpu(dtype):
         p, q = torch.sigmoid(x), torch.sigmoid(y)
         check(F.binary_cross_entropy, p, q, reduction=reduction, **exact)
         check(F.binary_cross_entropy, p, q, torch.sigmoid(y * 3), reduction=reduction, **exact)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("loss,kw", [(F.huber_loss, {"delta": 0.7}), (F.huber_loss, {}),
+                                     (F.smooth_l1_loss, {"beta": 0.5}), (F.smooth_l1_loss, {"beta": 0.0})])
+def test_robust_losses(reduction, loss, kw):
+    x, y = make((4, 5)), make((4, 5))
+    xc, xt = x.clone().requires_grad_(), x.to(TPU).requires_grad_()
+    lc = loss(xc, y, reduction=reduction, **kw)
+    lt = loss(xt, y.to(TPU), reduction=reduction, **kw)
+    torch.testing.assert_close(lt.detach().cpu(), lc.detach(), atol=1e-5, rtol=1e-5)
+    lc.sum().backward()
+    lt.sum().backward()
+    torch.testing.assert_close(xt.grad.cpu(), xc.grad, atol=1e-5, rtol=1e-5)
+    bf = loss(x.to(torch.bfloat16).to(TPU), y.to(torch.bfloat16).to(TPU), reduction=reduction, **kw)
+    torch.testing.assert_close(bf.cpu(), loss(x.to(torch.bfloat16), y.to(torch.bfloat16), reduction=reduction, **kw),
+                               atol=2e-2, rtol=2e-2)
+
+
+def test_robust_loss_errors():
+    check_error(lambda a, b: F.huber_loss(a, b, delta=0.0), make((3,)), make((3,)))
+    check_error(lambda a, b: F.smooth_l1_loss(a, b, beta=-1.0), make((3,)), make((3,)))

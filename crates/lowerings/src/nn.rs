@@ -29,6 +29,11 @@ pub fn register(r: &mut Registry) {
     r.add("nll_loss_backward", |cx, a| nll_loss_backward(cx, a, false));
     r.add("nll_loss2d_backward", |cx, a| nll_loss_backward(cx, a, true));
     r.add("mse_loss", mse_loss);
+    // The threshold decides the program's shape (beta = 0 is plain L1) and is validated.
+    r.add_specialized("huber_loss", |cx, a| robust_loss(cx, a, false));
+    r.add_specialized("huber_loss_backward", |cx, a| robust_loss_backward(cx, a, false));
+    r.add_specialized("smooth_l1_loss", |cx, a| robust_loss(cx, a, true));
+    r.add_specialized("smooth_l1_loss_backward", |cx, a| robust_loss_backward(cx, a, true));
     r.add("mse_loss_backward", mse_loss_backward);
     r.add("binary_cross_entropy", binary_cross_entropy);
     r.add("binary_cross_entropy_backward", binary_cross_entropy_backward);
@@ -954,4 +959,82 @@ fn binary_cross_entropy_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         r = cx.div(r, n);
     }
     one(cx.cast(r, dt))
+}
+
+/// The threshold of huber_loss (delta > 0) or smooth_l1_loss (beta >= 0).
+fn robust_threshold(args: &Args, smooth_l1: bool) -> Result<f64> {
+    let (name, default) = if smooth_l1 { ("beta", 1.0) } else { ("delta", 1.0) };
+    let t = match args.opt_scalar(name)? {
+        None => default,
+        Some(crate::Scalar::Int(i)) => i as f64,
+        Some(crate::Scalar::Bool(b)) => b as i64 as f64,
+        Some(crate::Scalar::Float(f)) => f.value,
+    };
+    if smooth_l1 {
+        check!(t >= 0.0, Runtime, "smooth_l1_loss does not support negative values for beta.");
+    } else {
+        check!(t > 0.0, Runtime, "huber_loss does not support non-positive values for delta.");
+    }
+    Ok(t)
+}
+
+/// huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - delta / 2);
+/// smooth_l1_loss: the same divided by beta (plain |d| when beta = 0).
+fn robust_loss(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let y = args.tensor("target")?;
+    let dt = loss_dtype(&[x, y], if smooth_l1 { "smooth_l1_cpu" } else { "huber_cpu" })?;
+    let red = reduction(args)?;
+    let t = robust_threshold(args, smooth_l1)?;
+    let acc = acc_type(dt);
+    let a = cx.cast(x.v, acc);
+    let b = cx.cast(y.v, acc);
+    let vs = cx.broadcast_all(&[a, b])?;
+    let d = cx.sub(vs[0], vs[1]);
+    let ad = cx.abs(d);
+    let l = if smooth_l1 && t == 0.0 {
+        ad
+    } else {
+        let half = constant(cx, 0.5, ad);
+        let sq = cx.mul(ad, ad);
+        let sq = cx.mul(half, sq);
+        let tv = constant(cx, t, ad);
+        let ht = constant(cx, 0.5 * t, ad);
+        let lin = cx.sub(ad, ht);
+        let (quad, lin) = if smooth_l1 { (cx.div(sq, tv), lin) } else { (sq, cx.mul(tv, lin)) };
+        let small = cx.compare(CmpDir::Lt, ad, tv);
+        cx.select(small, quad, lin)
+    };
+    let r = apply_reduction(cx, l, red);
+    one(cx.cast(r, dt))
+}
+
+/// The gradient of robust_loss with respect to self.
+fn robust_loss_backward(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec<Out>> {
+    let g = args.tensor("grad_output")?;
+    let x = args.tensor("self")?;
+    let y = args.tensor("target")?;
+    let dt = loss_dtype(&[x, y, g], if smooth_l1 { "smooth_l1_backward_cpu" } else { "huber_backward_cpu" })?;
+    let red = reduction(args)?;
+    let t = robust_threshold(args, smooth_l1)?;
+    let acc = acc_type(dt);
+    let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, acc)).collect();
+    let vs = cx.broadcast_all(&vals)?;
+    let d = cx.sub(vs[0], vs[1]);
+    let ad = cx.abs(d);
+    let sign = cx.sign(d);
+    let dl = if smooth_l1 && t == 0.0 {
+        sign
+    } else {
+        let tv = constant(cx, t, ad);
+        let small = cx.compare(CmpDir::Lt, ad, tv);
+        let (inner, outer) = if smooth_l1 { (cx.div(d, tv), sign) } else { (d, cx.mul(tv, sign)) };
+        cx.select(small, inner, outer)
+    };
+    let mut gr = cx.mul(dl, vs[2]);
+    if red == Reduction::Mean {
+        let n = constant(cx, cx.numel(x.v) as f64, gr);
+        gr = cx.div(gr, n);
+    }
+    one(cx.cast(gr, dt))
 }
