@@ -223,7 +223,14 @@ struct CallFrame {
   c10::DeviceIndex device = -1;
 };
 
-TtArg encode_tensor(CallFrame& f, const at::Tensor& t) {
+TtArg encode_tensor(CallFrame& f, const at::Tensor& t_in) {
+  // Ops the math-bit keys fall through for (mm, ...) can see conjugate or negative views: the
+  // engine reads plain values, so resolve the bits first (a copy that applies them).
+  at::Tensor t = t_in;
+  if (t.is_conj() || t.is_neg()) {
+    t = t.resolve_conj().resolve_neg();
+    f.host_copies.push_back(t);  // keeps the resolved copy alive for the call
+  }
   TtArg a{};
   a.kind = TT_TENSOR;
   TtTensor& e = a.t;
@@ -445,7 +452,8 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto inputs = torch::jit::last(*stack, nargs);
 
   const TtResult* r = nullptr;
-  for (int attempt = 0; attempt < 4; attempt++) {
+  // Each retry resizes one out= argument; there are at most nargs of them.
+  for (size_t attempt = 0; attempt <= nargs; attempt++) {
     CallFrame f;
     f.args.reserve(nargs + 1);
     for (size_t i = 0; i < nargs; i++) f.args.push_back(encode(f, inputs[i], schema.arguments()[i]));

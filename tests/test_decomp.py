@@ -11,11 +11,9 @@ TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-9,
        torch.complex64: dict(atol=1e-4, rtol=1e-4)}
 
 
-# Complex backward formulas need conjugate views handled by mm/bmm/linalg_solve_triangular (the
-# shim passes them on without their conj bit since it runs structured ops directly) and at::real
-# (view_as_real, not lowered): until then, complex gradients are expected to fail.
-COMPLEX_GRAD = pytest.mark.xfail(reason="complex autograd needs conj views in mm/bmm/solve_triangular "
-                                 "and view_as_real (engine/shim)")
+# Complex gradients of some decompositions go through at::real (view_as_real, not lowered
+# yet); those still fail, the others pass (non-strict).
+COMPLEX_GRAD = pytest.mark.xfail(reason="complex autograd through view_as_real (not lowered yet)")
 GRAD_DTYPES = [torch.float32, torch.float64, pytest.param(torch.complex64, marks=COMPLEX_GRAD)]
 
 

@@ -218,3 +218,10 @@ def test_module_to_keeps_tied_parameters():
     m["a"](torch.randn(2, 4, device="tpu")).sum().backward()
     assert m["b"].weight.grad is not None
     del y, w
+
+
+def test_ops_read_conjugate_views_as_values():
+    x = torch.randn(3, 3, dtype=torch.complex64)
+    y = x.to("tpu")
+    torch.testing.assert_close(torch.mm(y, y.mH).cpu(), torch.mm(x, x.mH))
+    torch.testing.assert_close((torch._neg_view(y) * 2).cpu(), -x * 2)

@@ -289,7 +289,7 @@ fn div(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             one(floor_divide_values(cx, a, b, dt))
         }
         Some(m) => bail!(
-            Value,
+            Runtime,
             "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{}'",
             m
         ),
