@@ -33,6 +33,11 @@ def main():
     print(f"x + y on 2x2, torch CPU eager : {cpu:7.2f} us/op")
     print(f"x + y on 2x2, torchtpu eager  : {tpu:7.2f} us/op")
     print(f"ratio tpu / cpu               : {tpu / cpu:7.2f}x")
+    if torch.cuda.is_available():  # on a GPU machine, torch's own CUDA eager path as a second baseline
+        xg, yg = xc.cuda(), yc.cuda()
+        gpu = per_op_us(lambda: xg + yg, n)
+        torch.cuda.synchronize()
+        print(f"x + y on 2x2, torch CUDA eager : {gpu:7.2f} us/op (tpu / cuda {tpu / gpu:.2f}x)")
     print(f"first-seen op (compile + run) : {first:7.1f} ms")
     print(f"cache: {torch.tpu.compile_stats()}")
 

@@ -4,6 +4,8 @@ torch.compile (inductor) on CUDA, each in its own process, in one run.
 
     python benches/h200_llama.py [--steps 10] [--batch 8] [--seq 2048] [--runs tpu,cuda,inductor]
 
+`--tiny --platform cpu --runs tpu` runs a 2-layer version on the CPU plugin (a check before a GPU run).
+
 Prints tokens/s, MFU (6 * params * tokens/s over the GPU's dense bf16 peak) and the first
 step's seconds (which is mostly compiling).
 """
@@ -25,7 +27,10 @@ def model_config(vocab=32000, hidden=1536, inter=4096, layers=28, heads=12, kv_h
                        tie_word_embeddings=False, attn_implementation="sdpa")
 
 
-def child(kind, steps, batch, seq):
+TINY = dict(vocab=1000, hidden=128, inter=256, layers=2, heads=4, kv_heads=2)
+
+
+def child(kind, steps, batch, seq, tiny):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -33,12 +38,12 @@ def child(kind, steps, batch, seq):
     if kind == "tpu":
         import torchtpu  # noqa: F401
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(model_config(seq=seq)).to(torch.bfloat16).to(device)
+    model = AutoModelForCausalLM.from_config(model_config(seq=seq, **(TINY if tiny else {}))).to(torch.bfloat16).to(device)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     backend = {"tpu": "tpu", "cuda": None, "inductor": "inductor"}[kind]
     forward = torch.compile(model, backend=backend) if backend else model
-    tokens = torch.randint(0, 32000, (batch, seq), device=device)
+    tokens = torch.randint(0, model.config.vocab_size, (batch, seq)).to(device)  # same tokens on every run
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -61,15 +66,24 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--runs", default="tpu,cuda,inductor")
+    p.add_argument("--platform", default="cuda", help="TORCHTPU_PLATFORM for the torchtpu run")
+    p.add_argument("--tiny", action="store_true", help="a 2-layer model, to check the script anywhere")
+    p.add_argument("--child-timeout", type=float, default=None, help="seconds allowed to each run")
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.child:
-        return child(a.child, a.steps, a.batch, a.seq)
+        return child(a.child, a.steps, a.batch, a.seq, a.tiny)
     rows = []
     for kind in a.runs.split(","):
-        env = {**os.environ, "TORCHTPU_PLATFORM": "cuda"}
-        out = subprocess.run([sys.executable, __file__, "--child", kind, "--steps", str(a.steps), "--batch",
-                              str(a.batch), "--seq", str(a.seq)], capture_output=True, text=True, env=env)
+        env = {**os.environ, "TORCHTPU_PLATFORM": a.platform}
+        cmd = [sys.executable, __file__, "--child", kind, "--steps", str(a.steps), "--batch", str(a.batch), "--seq", str(a.seq)]
+        try:
+            out = subprocess.run(cmd + (["--tiny"] if a.tiny else []), capture_output=True, text=True, env=env,
+                                 timeout=a.child_timeout)
+        except subprocess.TimeoutExpired as e:
+            print(f"{kind}: no result within {a.child_timeout} s\n{(e.stderr or b'')[-2000:]}", flush=True)
+            continue
+        print(out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "", flush=True)
         if out.returncode != 0:
             print(f"{kind}: failed\n{out.stderr[-2000:]}")
             continue
@@ -82,7 +96,7 @@ def main():
     for r in rows:
         peak = next((v for k, v in PEAK_BF16.items() if k in r["device"]), None)
         mfu = 6 * r["params"] * r["tok_s"] / peak if peak else float("nan")
-        label = {"tpu": "torchtpu compiled (XLA CUDA)", "cuda": "torch eager (CUDA)", "inductor": "torch.compile (inductor)"}[r["kind"]]
+        label = {"tpu": "torchtpu compiled (PJRT)", "cuda": "torch eager (CUDA)", "inductor": "torch.compile (inductor)"}[r["kind"]]
         print(f"{label:<28}{r['tok_s']:>10.0f}{r['tok_s'] / base:>12.2f}x{mfu:>8.1%}{r['first_s']:>14.1f}{r['loss']:>9.3f}")
 
 
