@@ -2,7 +2,7 @@
 # One prepared run on a machine with an NVIDIA GPU and no network (the device tool's H200):
 # installs the abi3 wheel carried in .whl/, checks ops against torch, then runs the benchmarks.
 # Every result is written to $OUT as it comes.
-export PYTHONUNBUFFERED=1 TORCHTPU_PLATFORM=cuda
+export PYTHONUNBUFFERED=1 TORCHTPU_PLATFORM=${TORCHTPU_PLATFORM:-cuda}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/torchtpu-*.whl || exit 1
 export PYTHONPATH=/tmp/site
@@ -21,5 +21,5 @@ print("softmax err", (torch.softmax(x.to("tpu").t(), 0).cpu() - torch.softmax(x.
 print("sum", x.to("tpu").sum(1).cpu().sub(x.sum(1)).abs().max().item())
 PY
 timeout 90 python3 benches/eager_add.py 2>&1 | tee "$OUT/eager_add.txt"
-timeout 120 python3 benches/h200_llama.py --tiny --runs tpu,cuda --batch 2 --seq 128 --steps 4 --child-timeout 100 2>&1 | tee "$OUT/tiny.txt"
+timeout 120 python3 benches/h200_llama.py --tiny --runs tpu,cuda --batch 2 --seq 128 --steps 4 --child-timeout 100 --platform $TORCHTPU_PLATFORM 2>&1 | tee "$OUT/tiny.txt"
 timeout ${BIG_TIMEOUT:-400} python3 benches/h200_llama.py --steps ${STEPS:-8} --runs ${RUNS:-tpu,cuda,inductor} --child-timeout 240 2>&1 | tee "$OUT/llama.txt"

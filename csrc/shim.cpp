@@ -6,6 +6,7 @@
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/GeneratorImpl.h>
@@ -510,23 +511,25 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     TORCH_CHECK(next < r->nouts, "torchtpu: ", schema.name(), " returned too few values");
     const TtOut& o = r->outs[next++];
     switch (o.kind) {
-      case TT_OUT_TENSOR: {
-        at::Tensor t = wrap_out(o, device);
-        // A number return (equal -> bool) comes back as a 0-d tensor: read it.
-        switch (ret.real_type()->kind()) {
-          case c10::TypeKind::BoolType: returns.emplace_back(local_scalar_dense(t).toBool()); break;
-          case c10::TypeKind::IntType: returns.emplace_back(local_scalar_dense(t).toLong()); break;
-          case c10::TypeKind::FloatType: returns.emplace_back(local_scalar_dense(t).toDouble()); break;
-          default: returns.emplace_back(std::move(t));
-        }
-        break;
-      }
+      case TT_OUT_TENSOR: returns.emplace_back(wrap_out(o, device)); break;
       case TT_OUT_LIST: {
         std::vector<at::Tensor> items;
         for (int64_t k = 0; k < o.i; k++) items.push_back(wrap_out(r->outs[next++], device));
         returns.emplace_back(std::move(items));
         break;
       }
+    }
+  }
+  // A number return (equal -> bool, max_q -> int) comes back as a 0-d tensor: read it, after
+  // every output is wrapped (a read reuses the engine's result buffer).
+  for (size_t i = 0; i < returns.size(); i++) {
+    if (!returns[i].isTensor()) continue;
+    switch (schema.returns()[i].real_type()->kind()) {
+      case c10::TypeKind::BoolType: returns[i] = local_scalar_dense(returns[i].toTensor()).toBool(); break;
+      case c10::TypeKind::IntType:
+      case c10::TypeKind::SymIntType: returns[i] = local_scalar_dense(returns[i].toTensor()).toLong(); break;
+      case c10::TypeKind::FloatType: returns[i] = local_scalar_dense(returns[i].toTensor()).toDouble(); break;
+      default: break;
     }
   }
   torch::jit::drop(*stack, nargs);
@@ -734,6 +737,26 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   check(tt_to_host(&s, host.data_ptr(), (int64_t)host.nbytes()));
   return host.item();
 }
+
+// Which kernel F.scaled_dot_product_attention uses on tpu: the fused "overrideable" one
+// (lowered in crates/lowerings/src/attention.rs) for 4-d float32/bf16/f16 inputs without
+// dropout, unless the user disabled it (torch.nn.attention.sdpa_kernel); PyTorch's math
+// composite otherwise.
+int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
+                   double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  auto& ctx = at::globalContext();
+  auto dt = q.scalar_type();
+  bool fused = ctx.userEnabledOverrideableSDP() && dropout_p == 0.0 && q.dim() == 4 && k.dim() == 4 && v.dim() == 4 &&
+               (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && k.scalar_type() == dt &&
+               v.scalar_type() == dt && !q.is_nested() && (enable_gqa || q.size(1) == k.size(1));
+  if (fused) return static_cast<int64_t>(at::SDPBackend::overrideable);
+  return static_cast<int64_t>(ctx.userEnabledMathSDP() ? at::SDPBackend::math : at::SDPBackend::error);
+}
+}  // namespace
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &::sdp_choice);
+}  // namespace at::native
+namespace {
 
 // A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback.
 TORCH_LIBRARY(torchtpu, m) { m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]"); }

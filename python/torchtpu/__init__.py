@@ -1,19 +1,9 @@
 """torchtpu: PyTorch on device "tpu", backed by an XLA PJRT plugin (TPU, NVIDIA GPU or CPU).
 
-`import torch` is enough (torchtpu autoloads through the `torch.backends` entry point);
-then use device "tpu" wherever you would use "cuda".
+`import torch` is enough (torchtpu autoloads through the `torch.backends` entry point, see
+torchtpu_autoload); then use device "tpu" wherever you would use "cuda".
 """
-
-
-def _autoload():
-    """Entry point for torch's device-backend autoloading; importing this package does the work.
-
-    Defined before `import torch`: when torchtpu is imported first, torch's autoload finds
-    this partially initialized module and calls it, and the import below completes the setup.
-    """
-
-
-import os  # noqa: E402
+import os
 
 # XLA's plugins log informational lines to stderr at start; keep warnings and errors.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -81,6 +81,11 @@ def choose():
     options = []
     if platform == "cpu":
         options.append(("cpu_device_count", int(os.environ.get("TORCHTPU_CPU_DEVICES", "1"))))
+    if platform == "cuda":
+        # XLA's GPU allocator reserves a fixed share of the memory up front (0.75 by default,
+        # sized for sharing with another framework); a torch user expects most of it.
+        options.append(("memory_fraction", float(os.environ.get("TORCHTPU_GPU_MEMORY_FRACTION", "0.9"))))
+        options.append(("preallocate", os.environ.get("TORCHTPU_GPU_PREALLOCATE", "1") != "0"))
     if platform == "tpu":
         os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
     return platform, path, options

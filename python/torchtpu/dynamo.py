@@ -254,7 +254,12 @@ def backend(gm, example_inputs, **kwargs):
     def bw(g, ex):
         return compile_graph(g, ex, "backward", frame)
 
-    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions())(gm, example_inputs)
+    # The min-cut partitioner (inductor's) saves fewer activations for backward and recomputes
+    # cheap elementwise ops there: whole-layer memory is what limits batch sizes on a device.
+    from functorch.compile import min_cut_rematerialization_partition
+
+    return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions(),
+                        partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
 
 
 def _decompositions():

@@ -15,7 +15,7 @@ pub struct Runtime {
 #[derive(Clone, Debug, Default)]
 pub struct Config {
     pub plugin_path: String,
-    pub options: Vec<(String, i64)>,
+    pub options: Vec<(String, pjrt::NamedValue)>,
 }
 
 static CONFIG: Mutex<Option<Config>> = Mutex::new(None);
@@ -42,8 +42,7 @@ pub fn runtime() -> Result<&'static Runtime, Error> {
 
 fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let plugin = pjrt::Plugin::load(&cfg.plugin_path)?;
-    let opts: Vec<(&str, pjrt::NamedValue)> =
-        cfg.options.iter().map(|(k, v)| (k.as_str(), pjrt::NamedValue::I64(*v))).collect();
+    let opts: Vec<(&str, pjrt::NamedValue)> = cfg.options.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let client = pjrt::Client::new(&plugin, &opts)?;
     let devices = client.addressable_devices();
     let (maj, min) = plugin.api_version();

@@ -34,6 +34,7 @@ mod order_stats;
 mod random;
 mod fft;
 mod decomp;
+mod attention;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -87,6 +88,9 @@ pub const ROUTED_OPS: &[&str] = &[
     "logsumexp.out",
     // Its composite resizes four empty out= tensors, one more than the shim's retries allow.
     "linalg_lstsq",
+    // PyTorch's SDPA backend for other devices; the composites only raise.
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
 ];
 
 pub struct Registry {
@@ -151,6 +155,7 @@ pub fn registry() -> &'static Registry {
         random::register(&mut r);
         fft::register(&mut r);
         decomp::register(&mut r);
+        attention::register(&mut r);
         r
     })
 }

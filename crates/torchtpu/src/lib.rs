@@ -11,11 +11,33 @@ extern "C" {
     fn tt_generator_get(device: i32, seed: *mut u64, offset: *mut u64);
 }
 
-/// Chooses the PJRT plugin; the client starts at first use.
+/// A client-create option's value as Python gives it (bool before int: a bool is an int there).
+#[derive(FromPyObject)]
+enum OptionValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+/// Chooses the PJRT plugin and its client-create options; the client starts at first use.
 #[pyfunction]
 #[pyo3(signature = (plugin_path, options=None))]
-fn configure(plugin_path: String, options: Option<Vec<(String, i64)>>) {
-    engine::runtime::configure(engine::runtime::Config { plugin_path, options: options.unwrap_or_default() });
+fn configure(plugin_path: String, options: Option<Vec<(String, OptionValue)>>) {
+    let options = options
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                OptionValue::Bool(b) => pjrt::NamedValue::Bool(b),
+                OptionValue::Int(i) => pjrt::NamedValue::I64(i),
+                OptionValue::Float(f) => pjrt::NamedValue::F32(f as f32),
+                OptionValue::Str(s) => pjrt::NamedValue::Str(s),
+            };
+            (k, v)
+        })
+        .collect();
+    engine::runtime::configure(engine::runtime::Config { plugin_path, options });
 }
 
 #[pyfunction]

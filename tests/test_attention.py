@@ -1,0 +1,159 @@
+"""F.scaled_dot_product_attention on tpu: the fused kernel (4-d float inputs, no dropout) and
+PyTorch's math path otherwise, against PyTorch on CPU, values and gradients."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from helpers import TPU, check_error
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
+       torch.float16: dict(atol=3e-3, rtol=3e-3)}
+
+
+def run_both(q, k, v, mask=None, grads=True, **kw):
+    """Runs attention on CPU (in float32 for the reference) and on tpu; returns both outputs
+    and the gradients of q, k, v (and a floating mask) for the same upstream gradient."""
+    ins = [q, k, v] + ([mask] if mask is not None else [])
+    diff = [grads and x.is_floating_point() for x in ins]
+    cpu = [x.detach().clone().requires_grad_(d) for x, d in zip(ins, diff)]
+    tpu = [x.detach().to(TPU).requires_grad_(d) for x, d in zip(ins, diff)]
+    ref = F.scaled_dot_product_attention(*cpu[:3], attn_mask=cpu[3] if mask is not None else None, **kw)
+    got = F.scaled_dot_product_attention(*tpu[:3], attn_mask=tpu[3] if mask is not None else None, **kw)
+    assert got.device.type == "tpu" and got.dtype == ref.dtype and got.shape == ref.shape
+    if not grads:
+        return ref, got.cpu(), [], []
+    g = torch.randn(ref.shape).to(ref.dtype)
+    ref.backward(g)
+    got.backward(g.to(TPU))
+    return ref, got.cpu(), [x.grad for x, d in zip(cpu, diff) if d], [x.grad.cpu() for x, d in zip(tpu, diff) if d]
+
+
+def assert_close(got, ref, dtype):
+    torch.testing.assert_close(got.float(), ref.float(), **TOL[dtype])
+
+
+def uses_fused(q, k, v, **kw):
+    """The tpu kernel that attention picked, read from the autograd graph."""
+    out = F.scaled_dot_product_attention(q.to(TPU).requires_grad_(), k.to(TPU), v.to(TPU), **kw)
+    return "Overrideable" in type(out.grad_fn).__name__
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_values_and_grads(dtype, causal):
+    torch.manual_seed(0)
+    q, k, v = (x.to(dtype) for x in (torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)))
+    # The reference runs in float32 on CPU on the same (rounded) inputs and upstream gradient.
+    torch.manual_seed(1)
+    ref, _, rg, _ = run_both(q.float(), k.float(), v.float(), is_causal=causal)
+    torch.manual_seed(1)
+    _, got, _, gg = run_both(q, k, v, is_causal=causal)
+    assert got.dtype == dtype
+    assert_close(got, ref, dtype)
+    for a, b in zip(gg, rg):
+        assert a.dtype == dtype
+        assert_close(a, b, dtype)
+    assert uses_fused(q, k, v, is_causal=causal)
+
+
+def test_grouped_query_heads():
+    torch.manual_seed(1)
+    q, k, v = torch.randn(2, 6, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    ref, got, rg, gg = run_both(q, k, v, is_causal=True, enable_gqa=True)
+    assert_close(got, ref, torch.float32)
+    for a, b in zip(gg, rg):
+        assert_close(a, b, torch.float32)
+
+
+@pytest.mark.parametrize("mask_shape", [(5, 7), (2, 1, 5, 7), (2, 3, 5, 7)])
+def test_float_mask_and_its_gradient(mask_shape):
+    torch.manual_seed(2)
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    mask = torch.randn(mask_shape)
+    ref, got, rg, gg = run_both(q, k, v, mask)
+    assert_close(got, ref, torch.float32)
+    assert len(gg) == 4
+    for a, b in zip(gg, rg):
+        assert a.shape == b.shape
+        assert_close(a, b, torch.float32)
+
+
+def test_bool_mask_and_fully_masked_rows():
+    torch.manual_seed(3)
+    q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+    mask = torch.rand(1, 2, 4, 6) > 0.4
+    mask[0, 1, 2] = False  # a row that sees no key: PyTorch gives zeros there
+    ref, got, rg, gg = run_both(q, k, v, mask)
+    assert_close(got, ref, torch.float32)
+    assert torch.equal(got[0, 1, 2], torch.zeros(8))
+    for a, b in zip(gg, rg):
+        assert_close(a, b, torch.float32)
+
+
+def test_non_contiguous_inputs_and_empty_batch():
+    torch.manual_seed(4)
+    base = torch.randn(2, 5, 3, 8)  # (batch, seq, heads, dim) viewed as (batch, heads, seq, dim)
+    q, k, v = base.transpose(1, 2), base.transpose(1, 2) * 0.5, base.transpose(1, 2).flip(-1)
+    ref, got, rg, gg = run_both(q, k, v, is_causal=True)
+    assert_close(got, ref, torch.float32)
+    for a, b in zip(gg, rg):
+        assert_close(a, b, torch.float32)
+    e = torch.randn(0, 3, 5, 8)
+    ref, got, _, _ = run_both(e, e, e, grads=False)
+    assert got.shape == ref.shape == (0, 3, 5, 8)
+
+
+def test_explicit_scale_and_other_sequence_lengths():
+    torch.manual_seed(5)
+    q, k, v = torch.randn(1, 2, 9, 16), torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16)
+    for causal in (False, True):
+        ref, got, rg, gg = run_both(q, k, v, is_causal=causal, scale=0.3)
+        assert_close(got, ref, torch.float32)
+        for a, b in zip(gg, rg):
+            assert_close(a, b, torch.float32)
+
+
+def test_math_path_for_dropout_float64_and_3d_and_when_chosen():
+    torch.manual_seed(6)
+    q = torch.randn(2, 3, 5, 8)
+    assert not uses_fused(q, q, q, dropout_p=0.5)
+    assert not uses_fused(q.double(), q.double(), q.double())
+    ref, got, rg, gg = run_both(q.double(), q.double(), q.double())
+    torch.testing.assert_close(got, ref)
+    q3 = torch.randn(3, 5, 8)
+    ref, got, rg, gg = run_both(q3, q3, q3, is_causal=True)
+    assert_close(got, ref, torch.float32)
+    with sdpa_kernel(SDPBackend.MATH):
+        assert not uses_fused(q, q, q)
+    # Dropout keeps the expected scale: with p=0.5 every kept weight doubles.
+    out = F.scaled_dot_product_attention(q.to(TPU), q.to(TPU), torch.ones(2, 3, 5, 8, device=TPU), dropout_p=0.5)
+    assert out.shape == (2, 3, 5, 8)
+
+
+def test_errors_match_cpu():
+    q = torch.randn(1, 2, 4, 8)
+    check_error(lambda d: F.scaled_dot_product_attention(q.to(d), q.to(d).half(), q.to(d)))
+    check_error(lambda d: F.scaled_dot_product_attention(q.to(d), torch.randn(1, 2, 4, 6, device=d), q.to(d)))
+    with pytest.raises(NotImplementedError, match="dropout"):
+        t = q.to(TPU)
+        torch.ops.aten._scaled_dot_product_fused_attention_overrideable(t, t, t, None, 0.5)
+
+
+def test_compiled_attention_matches_cpu():
+    torch.manual_seed(7)
+
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m).sum(-1)
+
+    q, k, v, m = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(6, 6)
+    g = torch.compile(lambda *a: F.scaled_dot_product_attention(*a[:3], attn_mask=a[3], enable_gqa=True),
+                      backend="tpu")
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+    qt = q.to(TPU).requires_grad_()
+    out = g(qt, k.to(TPU), v.to(TPU), m.to(TPU))
+    assert_close(out.cpu(), ref, torch.float32)
+    out.sum().backward()
+    qc = q.clone().requires_grad_()
+    F.scaled_dot_product_attention(qc, k, v, attn_mask=m, enable_gqa=True).sum().backward()
+    assert_close(qt.grad.cpu(), qc.grad, torch.float32)
