@@ -21,5 +21,5 @@ print("softmax err", (torch.softmax(x.to("tpu").t(), 0).cpu() - torch.softmax(x.
 print("sum", x.to("tpu").sum(1).cpu().sub(x.sum(1)).abs().max().item())
 PY
 timeout 90 python3 benches/eager_add.py 2>&1 | tee "$OUT/eager_add.txt"
-timeout 120 python3 benches/h200_llama.py --tiny --runs tpu,cuda --batch 2 --seq 128 --steps 4 --child-timeout 100 --platform $TORCHTPU_PLATFORM 2>&1 | tee "$OUT/tiny.txt"
-timeout ${BIG_TIMEOUT:-400} python3 benches/h200_llama.py --steps ${STEPS:-8} --runs ${RUNS:-tpu,cuda,inductor} --child-timeout 240 2>&1 | tee "$OUT/llama.txt"
+timeout 120 python3 benches/h200_llama.py --tiny --runs tpu --batch 2 --seq 128 --steps 4 --child-timeout 100 --platform $TORCHTPU_PLATFORM 2>&1 | tee "$OUT/tiny.txt"
+timeout ${BIG_TIMEOUT:-400} python3 benches/h200_llama.py --steps ${STEPS:-8} --runs ${RUNS:-tpu,cuda,inductor} --child-timeout ${CHILD_TIMEOUT:-200} 2>&1 | tee "$OUT/llama.txt"
