@@ -7,6 +7,8 @@
 #include <ATen/TensorUtils.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/GeneratorImpl.h>
@@ -781,6 +783,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", view);
   m.impl("_reshape_alias", reshape_alias);
   m.impl("unfold", unfold);
+  // Views with another dtype over the same storage (the engine reinterprets the bytes):
+  // PyTorch's own device-generic metadata functions, with its checks and messages.
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_storage);
   m.impl("set_.source_Storage", set_source_storage);

@@ -11,10 +11,8 @@ TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-9,
        torch.complex64: dict(atol=1e-4, rtol=1e-4)}
 
 
-# Complex gradients of some decompositions go through at::real (view_as_real, not lowered
-# yet); those still fail, the others pass (non-strict).
-COMPLEX_GRAD = pytest.mark.xfail(reason="complex autograd through view_as_real (not lowered yet)")
-GRAD_DTYPES = [torch.float32, torch.float64, pytest.param(torch.complex64, marks=COMPLEX_GRAD)]
+# Complex gradients go through at::real/at::imag (views of the complex storage as float).
+GRAD_DTYPES = [torch.float32, torch.float64, torch.complex64]
 
 
 def rnd(shape, dtype=torch.float32):

@@ -127,10 +127,12 @@ def test_grad_complex_input(norm):
     grad_check(lambda t: torch.fft.irfft2(t, norm=norm), c, **TOL)
 
 
-@pytest.mark.xfail(strict=True, reason="the backward of real-input transforms calls at::real, whose "
-                   "view_as_real is not lowered (a complex storage viewed as float)")
 def test_grad_real_input():
+    # The backward of real-input transforms calls at::real (view_as_real of a complex gradient).
     grad_check(torch.fft.rfft, real((4, 6)), **TOL)
+    grad_check(torch.fft.fft, real((4, 6)), **TOL)
+    grad_check(torch.fft.ihfft, real((3, 8)), **TOL)
+    grad_check(lambda t: torch.fft.rfftn(t, dim=(0, 1)), real((4, 6)), **TOL)
 
 
 def test_errors():

@@ -423,23 +423,12 @@ impl Builder<'_> {
         let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap() as u32;
         let mut base = self.base(slot, t)?;
         if self.cx.dtype(base) != dtype {
-            base = self.reinterpret(base, dtype)?;
+            // A view with another dtype than its storage's (view(dtype), view_as_real, ...).
+            base = view::reinterpret(&mut self.cx, base, dtype);
         }
         let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
         let v = view::read(&mut self.cx, base, &g);
         Ok(Tensor { v, dtype, rank })
-    }
-
-    /// A base seen through a tensor of another dtype of the same width (Tensor.view(dtype)).
-    fn reinterpret(&mut self, base: Value, dtype: DType) -> Result<Value, Error> {
-        let from = self.cx.dtype(base);
-        if from.size() != dtype.size() {
-            return Err(Error::Torch(TorchError::new(
-                ErrorKind::NotImplemented,
-                format!("torchtpu: viewing a {} storage as {} is not supported yet", from.torch_name(), dtype.torch_name()),
-            )));
-        }
-        Ok(self.cx.bitcast_convert(base, dtype.elem()))
     }
 
     fn arg(&mut self, i: u32, item: i32, a: &TtArg) -> Result<Arg, Error> {
@@ -500,16 +489,16 @@ impl Builder<'_> {
         }
         let v = self.cx.cast(v, dtype);
         let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
-        let mut base = self.base(slot as u32, t)?;
-        let base_dtype = self.cx.dtype(base);
-        if base_dtype != dtype {
-            base = self.reinterpret(base, dtype)?;
-        }
+        let base = self.base(slot as u32, t)?;
         let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
-        let mut nb = view::write(&mut self.cx, base, &g, v);
-        if self.cx.dtype(nb) != base_dtype {
-            nb = self.cx.bitcast_convert(nb, base_dtype.elem());
-        }
+        let nb = if self.cx.dtype(base) != dtype {
+            // Written through a view of another dtype: write the reinterpreted base, convert back.
+            let seen = view::reinterpret(&mut self.cx, base, dtype);
+            let written = view::write(&mut self.cx, seen, &g, v);
+            view::restore(&mut self.cx, written, base)
+        } else {
+            view::write(&mut self.cx, base, &g, v)
+        };
         self.bases[slot] = nb;
         self.written[slot] = true;
         Ok(None)

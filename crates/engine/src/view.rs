@@ -145,3 +145,94 @@ pub fn write(cx: &mut Cx, base: Value, g: &Geometry, value: Value) -> Value {
     };
     cx.reshape(new_flat, &base_dims)
 }
+
+// ---- views with another dtype than their storage's -----------------------------------------
+//
+// A storage's bytes seen through a tensor of another dtype (Tensor.view(dtype), view_as_real,
+// view_as_complex): the base is re-read as a 1-d value of the view's dtype, the view's
+// geometry (in units of that dtype) applies to it, and a write converts the result back.
+// Between two dtypes the bytes travel as a "raw" stream: complex values as their (re, im)
+// parts, bools as u8, everything else as itself; raw streams convert by bitcast.
+
+fn raw_elem(d: DType) -> ElemType {
+    match d {
+        DType::C64 => ElemType::F32,
+        DType::C128 => ElemType::F64,
+        DType::Bool => ElemType::U8,
+        _ => d.elem(),
+    }
+}
+
+/// `v` as a 1-d stream of `raw_elem(dtype(v))`.
+fn to_raw(cx: &mut Cx, v: Value) -> Value {
+    let n = cx.numel(v);
+    let flat = cx.reshape(v, &[n]);
+    match cx.dtype(v) {
+        DType::C64 | DType::C128 => {
+            let re = cx.real(flat);
+            let im = cx.imag(flat);
+            let re = cx.reshape(re, &[n, 1]);
+            let im = cx.reshape(im, &[n, 1]);
+            let pairs = cx.concatenate(&[re, im], 1);
+            cx.reshape(pairs, &[2 * n])
+        }
+        DType::Bool => cx.convert(flat, ElemType::U8),
+        _ => flat,
+    }
+}
+
+/// A 1-d raw stream of `raw_elem(to)` as a 1-d value of `to` (an odd trailing part is dropped).
+fn from_raw(cx: &mut Cx, raw: Value, to: DType) -> Value {
+    match to {
+        DType::C64 | DType::C128 => {
+            let m = cx.numel(raw) / 2;
+            let even = cx.slice(raw, &[0], &[2 * m], &[1]);
+            let pairs = cx.reshape(even, &[m, 2]);
+            let re = cx.slice(pairs, &[0, 0], &[m, 1], &[1, 1]);
+            let im = cx.slice(pairs, &[0, 1], &[m, 2], &[1, 1]);
+            let re = cx.reshape(re, &[m]);
+            let im = cx.reshape(im, &[m]);
+            cx.complex(re, im)
+        }
+        DType::Bool => cx.cast(raw, DType::Bool),
+        _ => raw,
+    }
+}
+
+/// A 1-d stream re-read as elements of `elem` (a partial trailing element is dropped).
+fn rebits(cx: &mut Cx, raw: Value, elem: ElemType) -> Value {
+    let (win, wout) = (cx.elem(raw).bit_width() as i64, elem.bit_width() as i64);
+    let n = cx.numel(raw);
+    if win >= wout {
+        let v = cx.bitcast_convert(raw, elem);
+        return cx.reshape(v, &[n * (win / wout)]);
+    }
+    let k = wout / win;
+    let m = n / k;
+    let whole = cx.slice(raw, &[0], &[m * k], &[1]);
+    let grouped = cx.reshape(whole, &[m, k]);
+    cx.bitcast_convert(grouped, elem)
+}
+
+/// The bytes of `base` (any dims) as a 1-d value of `to`.
+pub fn reinterpret(cx: &mut Cx, base: Value, to: DType) -> Value {
+    let raw = to_raw(cx, base);
+    let raw = rebits(cx, raw, raw_elem(to));
+    from_raw(cx, raw, to)
+}
+
+/// `value` (the reinterpreted `orig`, after a write) back in `orig`'s dtype and dims; trailing
+/// bytes too short for one element of the view's dtype keep `orig`'s values.
+pub fn restore(cx: &mut Cx, value: Value, orig: Value) -> Value {
+    let dims = cx.dims(orig);
+    let n: i64 = dims.iter().product();
+    let dtype = cx.dtype(orig);
+    let mut back = reinterpret(cx, value, dtype);
+    let m = cx.numel(back);
+    if m < n {
+        let flat = cx.reshape(orig, &[n]);
+        let tail = cx.slice(flat, &[m], &[n], &[1]);
+        back = cx.concatenate(&[back, tail], 0);
+    }
+    cx.reshape(back, &dims)
+}

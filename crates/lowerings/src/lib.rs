@@ -35,6 +35,7 @@ mod random;
 mod fft;
 mod decomp;
 mod attention;
+mod complex;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
@@ -156,6 +157,7 @@ pub fn registry() -> &'static Registry {
         fft::register(&mut r);
         decomp::register(&mut r);
         attention::register(&mut r);
+        complex::register(&mut r);
         r
     })
 }
