@@ -319,3 +319,171 @@ def test_compiled_graphs():
         _compare(to_cpu(got), expected, 1e-5, 1e-5)
     g = lambda a: torch.gcd(a, a + 6) << 1
     _compare(to_cpu(torch.compile(g, backend="tpu")(i.to(TPU))), g(i), None, None)
+
+
+# ---- orthogonal polynomials, Bessel functions, Airy Ai --------------------------------------------
+
+POLYS = {
+    "chebyshev_t": torch.special.chebyshev_polynomial_t,
+    "chebyshev_u": torch.special.chebyshev_polynomial_u,
+    "chebyshev_v": torch.special.chebyshev_polynomial_v,
+    "chebyshev_w": torch.special.chebyshev_polynomial_w,
+    "shifted_chebyshev_t": torch.special.shifted_chebyshev_polynomial_t,
+    "shifted_chebyshev_u": torch.special.shifted_chebyshev_polynomial_u,
+    "shifted_chebyshev_v": torch.special.shifted_chebyshev_polynomial_v,
+    "shifted_chebyshev_w": torch.special.shifted_chebyshev_polynomial_w,
+    "legendre_p": torch.special.legendre_polynomial_p,
+    "laguerre_l": torch.special.laguerre_polynomial_l,
+    "hermite_h": torch.special.hermite_polynomial_h,
+    "hermite_he": torch.special.hermite_polynomial_he,
+}
+POLY_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
+
+
+@pytest.mark.parametrize("name", sorted(POLYS))
+@pytest.mark.parametrize("dtype", POLY_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_polynomial(name, dtype, shape):
+    fn = POLYS[name]
+    # x around the interval of orthogonality and beyond; n from -3 to 14, fractional for floats
+    # (read by truncation), which covers the recurrence and the trigonometric forms.
+    x = make(shape, dtype, low=-1.5, high=1.5) if dtype.is_floating_point else make(shape, dtype, low=-3, high=4)
+    n = make(shape, dtype, low=-3.0, high=14.0) if dtype.is_floating_point else make(shape, dtype, low=-3, high=15)
+    same(fn, x, n, atol=1e-5, rtol=2e-5)
+    # wide x: values grow large
+    if dtype == torch.float32:
+        same(fn, make(shape, dtype, low=-9.0, high=9.0), n)
+
+
+@pytest.mark.parametrize("name", sorted(POLYS))
+def test_polynomial_edges(name):
+    fn = POLYS[name]
+    inf, nan = float("inf"), float("nan")
+    xs = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 1e-6, -1e-6, 0.99999994, -0.99999994, 1.0000001, 2.0, -2.0,
+                       0.3, -0.7, 1e-30, 7.5, inf, -inf, nan])
+    ns = torch.tensor([-3.0, -1.0, -0.5, 0.0, 0.9, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 20.0, 40.0, 2.9,
+                       nan, inf, -inf, 1e20, -1e20])
+    x = xs.repeat_interleave(len(ns))
+    n = ns.repeat(len(xs))
+    check(fn, x, n, atol=1e-5, rtol=2e-5)
+    check(fn, x.double(), n.double())
+
+
+def test_polynomial_scalars_promotion_views_out():
+    x = make((4, 6), low=-1.2, high=1.2)
+    n = make((4, 6), low=0.0, high=12.0)
+    ni = make((6,), torch.int64, low=-2, high=12)
+    for fn in POLYS.values():
+        # Python numbers on either side (the x_scalar and n_scalar overloads)
+        check(lambda t: fn(t, 3), x)
+        check(lambda t: fn(t, 9.7), x)
+        check(lambda t: fn(0.25, t), n)
+        check(lambda t: fn(-1, t), ni)
+        # promotion: int n with float x, a float64 0-d n (no promotion), float64 x, int x
+        check(fn, x, ni)
+        check(fn, x, torch.tensor(7.0, dtype=torch.float64))
+        check(fn, x.double(), n)
+        check(fn, ni, n)
+        # broadcasting and non-contiguous views
+        check(lambda a, b: fn(a.t()[1::2], b[:4]), x, ni)
+        check(lambda a, b: fn(a[:1].expand(4, 6), b.t().t()), x, n)
+        # out=, including an out of another float dtype
+        for out_dtype in (torch.float32, torch.float64):
+            oc, od = torch.empty(4, 6, dtype=out_dtype), torch.empty(4, 6, dtype=out_dtype, device=TPU)
+            fn(x, n, out=oc)
+            fn(x.to(TPU), n.to(TPU), out=od)
+            # computed in float32 either way (the inputs' dtype), then written as out's dtype
+            _compare(od.cpu(), oc, 1e-5, 2e-5)
+
+
+def test_polynomial_long_recurrences():
+    # |x| > 1 with a huge n: the recurrence overflows, turns NaN and stops (as on CPU) instead
+    # of running n times; Hermite beyond its limit is NaN (128 in float32, 512 in float64).
+    x = torch.tensor([1.5, -2.0, 3.0, -1.25])
+    for name in ["chebyshev_t", "chebyshev_u", "chebyshev_v", "chebyshev_w", "legendre_p", "shifted_chebyshev_t"]:
+        check(POLYS[name], x, torch.full((4,), 1e9))
+    for name in ["hermite_h", "hermite_he"]:
+        n = torch.tensor([127.0, 128.0, 129.0, 1000.0])
+        check(POLYS[name], torch.tensor([0.1, -0.2, 0.3, 0.4]), n, rtol=1e-4, atol=1e-5)
+        check(POLYS[name], torch.tensor([0.1, -0.2, 0.3, 0.4]).double(), torch.tensor([300.0, 512.0, 513.0, 1e6]).double(),
+              rtol=1e-9, atol=1e-9)
+    # Legendre and Laguerre with a large n inside [-1, 1] run the full recurrence
+    check(POLYS["legendre_p"], torch.tensor([0.3, -0.9, 0.01]), torch.tensor([500.0, 1000.0, 3.0]), atol=1e-5, rtol=1e-4)
+    check(POLYS["laguerre_l"], torch.tensor([0.3, 2.5, 0.01]), torch.tensor([300.0, 50.0, 3.0]), atol=1e-4, rtol=1e-4)
+
+
+BESSEL = {
+    "bessel_j0": torch.special.bessel_j0,
+    "bessel_j1": torch.special.bessel_j1,
+    "bessel_y0": torch.special.bessel_y0,
+    "bessel_y1": torch.special.bessel_y1,
+    "modified_bessel_k0": torch.special.modified_bessel_k0,
+    "modified_bessel_k1": torch.special.modified_bessel_k1,
+    "scaled_modified_bessel_k0": torch.special.scaled_modified_bessel_k0,
+    "scaled_modified_bessel_k1": torch.special.scaled_modified_bessel_k1,
+    "spherical_bessel_j0": torch.special.spherical_bessel_j0,
+    "airy_ai": torch.special.airy_ai,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BESSEL))
+@pytest.mark.parametrize("dtype", POLY_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES + [(2, 3, 4)])
+def test_bessel(name, dtype, shape):
+    fn = BESSEL[name]
+    x = make(shape, dtype, low=-12.0, high=12.0) if dtype.is_floating_point else make(shape, dtype, low=-9, high=12)
+    same(fn, x)
+    if dtype in (torch.float32, torch.float64):
+        # both sides of each branch point (5 for J/Y, 2 for K, 0.5 for j0, +-2.09 for Ai)
+        same(fn, make(shape, dtype, low=-0.5, high=6.0))
+
+
+def test_bessel_edges_views_out():
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([0.0, -0.0, 1e-6, -1e-6, 9e-6, 1e-5, 0.25, 0.49, 0.5, -0.5, 1.0, -1.0, 1.99, 2.0, 2.01, -2.0, 2.08,
+                      2.09, -2.09, -2.1, 4.99, 5.0, 5.01, -5.0, 8.0, 8.32, 8.33, -8.0, 30.0, -30.0, 103.0, 103.9, 1e4,
+                      -1e4, 1e30, 1e-30, inf, -inf, nan])
+    for name, fn in BESSEL.items():
+        check(fn, x, atol=1e-6, rtol=2e-6)
+        check(fn, x.double())
+        v = make((6, 5), low=0.1, high=10.0)
+        check(lambda t: fn(t.t()), v)
+        check(lambda t: fn(t[::2, 1:]), v)
+        check(lambda t: fn(t[:1].expand(6, 5)), v)
+        oc, od = torch.empty(6, 5), torch.empty(6, 5, device=TPU)
+        fn(v, out=oc)
+        fn(v.to(TPU), out=od)
+        _compare(od.cpu(), oc, None, None)
+        # not differentiable in PyTorch: no graph on either device
+        r = fn(v.to(TPU).requires_grad_())
+        assert r.requires_grad == fn(v.clone().requires_grad_()).requires_grad
+
+
+def test_polynomial_and_bessel_errors():
+    f = make((3,))
+    h = f.bfloat16()
+    # PyTorch's CPU kernels exist for float32 and float64 only
+    check_error(torch.special.chebyshev_polynomial_t, h, h)
+    check_error(torch.special.hermite_polynomial_h, f.half(), f.half())
+    check_error(lambda t: torch.special.legendre_polynomial_p(t, 2), h)
+    check_error(torch.special.bessel_j0, h)
+    check_error(torch.special.airy_ai, f.half())
+    check_error(torch.special.scaled_modified_bessel_k1, h)
+    # shapes that do not broadcast; an int out= for a float result
+    check_error(torch.special.laguerre_polynomial_l, make((3, 4)), make((5,)))
+    check_error(lambda a, o: torch.special.chebyshev_polynomial_u(a, a, out=o), f, torch.empty(3, dtype=torch.int64))
+    check_error(lambda a, o: torch.special.bessel_y0(a, out=o), f, torch.empty(3, dtype=torch.int64))
+
+
+def test_polynomial_and_bessel_compiled():
+    x = make((4, 6), low=-1.5, high=1.5)
+    n = make((4, 6), low=0.0, high=12.0)
+    fns = [lambda a, b: torch.special.chebyshev_polynomial_t(a, b) + torch.special.legendre_polynomial_p(a, b),
+           lambda a, b: torch.special.hermite_polynomial_h(a, b) * torch.special.shifted_chebyshev_polynomial_v(a, 8),
+           lambda a, b: torch.special.bessel_j1(a * b) + torch.special.modified_bessel_k0(b + 0.1),
+           lambda a, b: torch.special.airy_ai(a * 3) - torch.special.spherical_bessel_j0(b),
+           lambda a, b: torch.special.laguerre_polynomial_l(b, 5) + torch.special.bessel_y1(b + 1)]
+    for f in fns:
+        expected = f(x, n)
+        got = torch.compile(f, backend="tpu")(x.to(TPU), n.to(TPU))
+        _compare(to_cpu(got), expected, 1e-5, 1e-5)

@@ -1,7 +1,9 @@
 //! Special and remaining elementwise math: polygamma, logit, xlogy/xlog1py, entr, ndtri,
 //! log_ndtr, erfcx, the modified Bessel functions i0/i0e/i1/i1e, sinc, logaddexp(2), hypot,
 //! copysign, nextafter, fmax/fmin, heaviside, frexp, gcd/lcm, bit shifts, nan_to_num,
-//! signbit, angle, igamma/igammac and zeta.
+//! signbit, angle, igamma/igammac and zeta; the orthogonal polynomials (Chebyshev, shifted
+//! Chebyshev, Legendre, Laguerre, Hermite), the Bessel functions J0/J1/Y0/Y1/K0/K1 (and scaled
+//! K), the spherical j0 and Airy Ai.
 //!
 //! 16-bit floats are computed in float32 and rounded once, as PyTorch's CPU kernels upcast
 //! them; the Cephes-derived algorithms follow PyTorch's ATen/native/Math.h.
@@ -62,6 +64,44 @@ pub fn register(r: &mut Registry) {
     r.add("igamma", |cx, a| igamma(cx, a, false));
     r.add("igammac", |cx, a| igamma(cx, a, true));
     r.add("special_zeta", zeta);
+    r.add("special_chebyshev_polynomial_t", |cx, a| polynomial(cx, a, Poly::Chebyshev('T', false), "chebyshev_polynomial_t_cpu"));
+    r.add("special_chebyshev_polynomial_u", |cx, a| polynomial(cx, a, Poly::Chebyshev('U', false), "chebyshev_polynomial_u_cpu"));
+    r.add("special_chebyshev_polynomial_v", |cx, a| polynomial(cx, a, Poly::Chebyshev('V', false), "chebyshev_polynomial_v_cpu"));
+    r.add("special_chebyshev_polynomial_w", |cx, a| polynomial(cx, a, Poly::Chebyshev('W', false), "chebyshev_polynomial_w_cpu"));
+    r.add("special_shifted_chebyshev_polynomial_t", |cx, a| {
+        polynomial(cx, a, Poly::Chebyshev('T', true), "shifted_chebyshev_polynomial_t_cpu")
+    });
+    r.add("special_shifted_chebyshev_polynomial_u", |cx, a| {
+        polynomial(cx, a, Poly::Chebyshev('U', true), "shifted_chebyshev_polynomial_u_cpu")
+    });
+    r.add("special_shifted_chebyshev_polynomial_v", |cx, a| {
+        polynomial(cx, a, Poly::Chebyshev('V', true), "shifted_chebyshev_polynomial_v_cpu")
+    });
+    r.add("special_shifted_chebyshev_polynomial_w", |cx, a| {
+        polynomial(cx, a, Poly::Chebyshev('W', true), "shifted_chebyshev_polynomial_w_cpu")
+    });
+    r.add("special_legendre_polynomial_p", |cx, a| polynomial(cx, a, Poly::Legendre, "legendre_polynomial_p_cpu"));
+    r.add("special_laguerre_polynomial_l", |cx, a| polynomial(cx, a, Poly::Laguerre, "laguerre_polynomial_l_cpu"));
+    r.add("special_hermite_polynomial_h", |cx, a| polynomial(cx, a, Poly::HermiteH, "hermite_polynomial_h_cpu"));
+    r.add("special_hermite_polynomial_he", |cx, a| polynomial(cx, a, Poly::HermiteHe, "hermite_polynomial_he_cpu"));
+    r.add("special_bessel_j0", |cx, a| float_unary_no16(cx, a, "bessel_j0_cpu", bessel_j0_values));
+    r.add("special_bessel_j1", |cx, a| float_unary_no16(cx, a, "bessel_j1_cpu", bessel_j1_values));
+    r.add("special_bessel_y0", |cx, a| float_unary_no16(cx, a, "bessel_y0_cpu", bessel_y0_values));
+    r.add("special_bessel_y1", |cx, a| float_unary_no16(cx, a, "bessel_y1_cpu", bessel_y1_values));
+    r.add("special_modified_bessel_k0", |cx, a| {
+        float_unary_no16(cx, a, "modified_bessel_k0_cpu", |cx, x| bessel_k_values(cx, x, false, false))
+    });
+    r.add("special_modified_bessel_k1", |cx, a| {
+        float_unary_no16(cx, a, "modified_bessel_k1_cpu", |cx, x| bessel_k_values(cx, x, true, false))
+    });
+    r.add("special_scaled_modified_bessel_k0", |cx, a| {
+        float_unary_no16(cx, a, "scaled_modified_bessel_k0_cpu", |cx, x| bessel_k_values(cx, x, false, true))
+    });
+    r.add("special_scaled_modified_bessel_k1", |cx, a| {
+        float_unary_no16(cx, a, "scaled_modified_bessel_k1_cpu", |cx, x| bessel_k_values(cx, x, true, true))
+    });
+    r.add("special_spherical_bessel_j0", |cx, a| float_unary_no16(cx, a, "spherical_bessel_j0_cpu", spherical_j0_values));
+    r.add("special_airy_ai", |cx, a| float_unary_no16(cx, a, "airy_ai_cpu", airy_ai_values));
 }
 
 // ---- operands and shared helpers ---------------------------------------------------------------
@@ -124,9 +164,18 @@ fn no_complex(d: DType, op: &str) -> Result<()> {
     Ok(())
 }
 
+/// The operand of a unary op: `self`, or `x` in the schemas that name it so
+/// (special_airy_ai, special_scaled_modified_bessel_k0, ...).
+fn unary_operand(args: &Args) -> Result<Tensor> {
+    match args.get("x") {
+        Some(Arg::Tensor(t)) if args.get("self").is_none() => Ok(*t),
+        _ => args.tensor("self"),
+    }
+}
+
 /// A unary float op: integer inputs give float32; 16-bit floats compute in float32.
 fn float_unary(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
+    let x = unary_operand(args)?;
     no_complex(x.dtype, args.op)?;
     let dt = float_result(x.dtype);
     let v = cx.cast(x.v, acc_type(dt));
@@ -136,7 +185,7 @@ fn float_unary(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value
 
 /// A unary float op that PyTorch's CPU kernels do not provide for 16-bit floats.
 fn float_unary_no16(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
+    let x = unary_operand(args)?;
     check!(
         !matches!(x.dtype, DType::BF16 | DType::F16),
         NotImplemented,
@@ -1352,4 +1401,815 @@ fn igamma_boundaries(cx: &mut Cx, a: Value, x: Value, r: Value, upper: bool) -> 
     let aneg = cmp_k(cx, CmpDir::Lt, a, 0.0);
     let bad = cx.or(xneg, aneg);
     cx.select(bad, nan, r)
+}
+
+// ---- orthogonal polynomials -----------------------------------------------------------------------
+
+/// The polynomial families of torch.special, each evaluated as PyTorch's Math.h does.
+#[derive(Copy, Clone, PartialEq)]
+enum Poly {
+    /// Chebyshev polynomials of the first to fourth kind (T, U, V, W); `true` for the
+    /// shifted ones (of 2x - 1).
+    Chebyshev(char, bool),
+    Legendre,
+    Laguerre,
+    HermiteH,
+    HermiteHe,
+}
+
+/// special_<poly>(x, n): x and n may each be a tensor or a Python number (the x_scalar and
+/// n_scalar overloads). Both promote to a float dtype (integers and bools give float32) and
+/// n is read as an integer by truncation; float32 and float64 only, like PyTorch's CPU kernels.
+fn polynomial(cx: &mut Cx, args: &Args, poly: Poly, kernel: &str) -> Result<Vec<Out>> {
+    let (x, n, dt) = operands(args, "x", "n")?;
+    let dt = float_result(dt);
+    check!(matches!(dt, DType::F32 | DType::F64), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    let (xv, nv) = pair(cx, x, n, dt)?;
+    let ni = truncate_n(cx, nv);
+    one(match poly {
+        Poly::Chebyshev(kind, shifted) => chebyshev_values(cx, xv, ni, kind, shifted),
+        Poly::Legendre => legendre_values(cx, xv, ni),
+        Poly::Laguerre => laguerre_values(cx, xv, ni),
+        Poly::HermiteH => hermite_values(cx, xv, ni, true),
+        Poly::HermiteHe => hermite_values(cx, xv, ni, false),
+    })
+}
+
+/// n as int64 like static_cast<int64_t> on x86: truncation toward zero, and NaN, infinities
+/// and values beyond the int64 range give INT64_MIN (here -1: every family gives 0 below 0).
+fn truncate_n(cx: &mut Cx, n: Value) -> Value {
+    let an = cx.abs(n);
+    let fits = cmp_k(cx, CmpDir::Lt, an, 9.223372036854775808e18);
+    let dims = cx.dims(n);
+    let z = cx.full(0.0, cx.dtype(n), &dims);
+    let safe = cx.select(fits, n, z);
+    let ni = cx.convert(safe, ElemType::I64);
+    let m1 = cx.full(-1.0, DType::I64, &dims);
+    cx.select(fits, ni, m1)
+}
+
+/// An int64 constant shaped like `like`.
+fn ik(cx: &mut Cx, x: i64, like: Value) -> Value {
+    let dims = cx.dims(like);
+    let ty = TensorType::new(ElemType::I64, &dims);
+    cx.b.splat_i64(x, &ty)
+}
+
+/// `a op c` for an int64 `a` and constant `c`.
+fn icmp(cx: &mut Cx, dir: CmpDir, a: Value, c: i64) -> Value {
+    let cv = ik(cx, c, a);
+    cx.compare(dir, a, cv)
+}
+
+/// The int64 `n` as a float like `like` (C++'s int64 -> T conversion).
+fn to_float(cx: &mut Cx, n: Value, like: Value) -> Value {
+    let e = cx.elem(like);
+    cx.convert(n, e)
+}
+
+/// The three-term recurrence of the polynomial families: `iters` times per element (0 or less
+/// for none), (p, q) <- (q, step(k, p, q)) with k = 1, 2, ... as a float; with `stop_nan`, an
+/// element stops once q is NaN (PyTorch's loop condition). Returns the last q. One while loop
+/// for the whole tensor, running until no element is active.
+fn recurrence(
+    cx: &mut Cx,
+    iters: Value,
+    p0: Value,
+    q0: Value,
+    stop_nan: bool,
+    step: impl FnOnce(&mut Builder, Value, Value, Value) -> Value,
+) -> Value {
+    fn active(b: &mut Builder, j: Value, iters: Value, q: Value, stop_nan: bool) -> Value {
+        let dims = b.dims(iters).to_vec();
+        let jb = b.broadcast_in_dim(j, &dims, &[]);
+        let more = b.compare(CmpDir::Lt, jb, iters);
+        if !stop_nan {
+            return more;
+        }
+        let ok = b.compare(CmpDir::Eq, q, q);
+        b.and(more, ok)
+    }
+    let zero_i = cx.constant_i64(0, ElemType::I64);
+    let r = cx.while_loop(
+        &[zero_i, p0, q0],
+        |b, v| {
+            let a = active(b, v[0], iters, v[2], stop_nan);
+            any_true(b, a)
+        },
+        |b, v| {
+            let (j, p, q) = (v[0], v[1], v[2]);
+            let a = active(b, j, iters, q, stop_nan);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let j1 = b.add(j, one_i);
+            let kf = b.convert(j1, b.elem(q));
+            let kf = b.broadcast_in_dim(kf, &b.dims(q).to_vec(), &[]);
+            let r = step(b, kf, p, q);
+            let p = b.select(a, q, p);
+            let q = b.select(a, r, q);
+            vec![j1, p, q]
+        },
+    );
+    r[2]
+}
+
+/// +-v by the parity of n: v for even n, -v for odd.
+fn by_parity(cx: &mut Cx, n: Value, v: Value) -> Value {
+    let two = ik(cx, 2, n);
+    let r = cx.rem(n, two);
+    let z = ik(cx, 0, n);
+    let even = cx.compare(CmpDir::Eq, r, z);
+    let nv = cx.neg(v);
+    cx.select(even, v, nv)
+}
+
+/// Chebyshev polynomials T, U, V, W (of x, or of y = 2x - 1 when shifted): n < 0 gives 0,
+/// the ends (x = +-1, or x = 1 and 0 shifted) their closed forms, |y| < 1 with n above a
+/// threshold the trigonometric form, and the recurrence r = 2y q - p otherwise.
+fn chebyshev_values(cx: &mut Cx, x: Value, n: Value, kind: char, shifted: bool) -> Value {
+    let one_ = k(cx, 1.0, x);
+    let y = if shifted {
+        // 2 (x - 1/2) is x + x - 1 rounded once, as PyTorch computes it; written so, XLA
+        // cannot fold the + 1 of acos's expansion into it ((a - 1) + 1 -> a).
+        let h = k(cx, 0.5, x);
+        let t = cx.sub(x, h);
+        let two = k(cx, 2.0, x);
+        cx.mul(t, two)
+    } else {
+        x
+    };
+    let nf = to_float(cx, n, x);
+    let n1 = {
+        let o = ik(cx, 1, n);
+        let t = cx.add(n, o);
+        to_float(cx, t, x)
+    };
+    let n21 = {
+        let nn = cx.add(n, n);
+        let o = ik(cx, 1, n);
+        let t = cx.add(nn, o);
+        to_float(cx, t, x)
+    };
+    // The ends.
+    let (at_pos, at_neg) = if shifted {
+        (cmp_k(cx, CmpDir::Eq, x, 1.0), cmp_k(cx, CmpDir::Eq, x, 0.0))
+    } else {
+        (cmp_k(cx, CmpDir::Eq, x, 1.0), cmp_k(cx, CmpDir::Eq, x, -1.0))
+    };
+    let (pos_v, neg_mag) = match kind {
+        'T' => (one_, one_),
+        'U' => (n1, n1),
+        'V' => (one_, n21),
+        _ => (n21, one_),
+    };
+    let neg_v = by_parity(cx, n, neg_mag);
+    // The trigonometric form.
+    let threshold = match (kind, shifted) {
+        ('T', _) => 6,
+        ('W', true) => 4,
+        (_, true) => 6,
+        _ => 8,
+    };
+    let ay = cx.abs(y);
+    let inside = cmp_k(cx, CmpDir::Lt, ay, 1.0);
+    let big_n = icmp(cx, CmpDir::Gt, n, threshold);
+    let trig = cx.and(inside, big_n);
+    let theta = cx.chlo("acos", &[y]);
+    let two = k(cx, 2.0, x);
+    let half = k(cx, 0.5, x);
+    let trig_v = match kind {
+        'T' => {
+            let a = cx.mul(nf, theta);
+            cx.cos(a)
+        }
+        'U' => {
+            let s = cx.sin(theta);
+            let a = cx.mul(n1, theta);
+            let sa = cx.sin(a);
+            let q = cx.div(sa, s);
+            let ca = cx.cos(a);
+            let alt = cx.mul(n1, ca);
+            let alt = cx.div(alt, y);
+            let s0 = cmp_k(cx, CmpDir::Ne, s, 0.0);
+            cx.select(s0, q, alt)
+        }
+        'V' => {
+            let h = cx.div(theta, two);
+            let sh = cx.sin(h);
+            let nh = cx.add(nf, half);
+            let a = cx.mul(nh, theta);
+            let ca = cx.cos(a);
+            let ch = cx.cos(h);
+            let q = cx.div(ca, ch);
+            let regular = cmp_k(cx, CmpDir::Ne, sh, 1.0);
+            cx.select(regular, q, neg_v)
+        }
+        _ => {
+            let h = cx.div(theta, two);
+            let ch = cx.cos(h);
+            let nh = cx.add(nf, half);
+            let a = cx.mul(nh, theta);
+            let sa = cx.sin(a);
+            let sh = cx.sin(h);
+            let q = cx.div(sa, sh);
+            let parity = by_parity(cx, n, one_);
+            // (PyTorch's shifted W skips the x > 0 case here.)
+            let alt = if shifted {
+                parity
+            } else {
+                let xp = cmp_k(cx, CmpDir::Gt, x, 0.0);
+                cx.select(xp, n21, parity)
+            };
+            let regular = cmp_k(cx, CmpDir::Ne, ch, 1.0);
+            cx.select(regular, q, alt)
+        }
+    };
+    // The recurrence from p = 1 and q = P_1.
+    let yy = cx.add(y, y);
+    let q0 = match kind {
+        'T' => y,
+        'U' => yy,
+        'V' => cx.sub(yy, one_),
+        _ => cx.add(yy, one_),
+    };
+    let ends = cx.or(at_pos, at_neg);
+    let skip = cx.or(ends, trig);
+    let iters = rec_iters(cx, n, Some(skip));
+    let rec = recurrence(cx, iters, one_, q0, true, |b, _k, p, q| {
+        let t = b.mul(yy, q);
+        b.sub(t, p)
+    });
+    let n0 = icmp(cx, CmpDir::Eq, n, 0);
+    let r = cx.select(n0, one_, rec);
+    let r = cx.select(trig, trig_v, r);
+    let r = cx.select(at_neg, neg_v, r);
+    let r = cx.select(at_pos, pos_v, r);
+    let neg = icmp(cx, CmpDir::Lt, n, 0);
+    let zero = k(cx, 0.0, x);
+    cx.select(neg, zero, r)
+}
+
+/// The iteration counts of a recurrence started at P_1: n - 1, or none where `skip` holds.
+fn rec_iters(cx: &mut Cx, n: Value, skip: Option<Value>) -> Value {
+    let m1 = ik(cx, 1, n);
+    let nm1 = cx.sub(n, m1);
+    match skip {
+        Some(s) => {
+            let z = ik(cx, 0, n);
+            cx.select(s, z, nm1)
+        }
+        None => nm1,
+    }
+}
+
+/// Legendre P_n(x): 0 for n < 0, +-1 at x = +-1, else ((2k+1) x q - k p) / (k+1).
+fn legendre_values(cx: &mut Cx, x: Value, n: Value) -> Value {
+    let one_ = k(cx, 1.0, x);
+    let ax = cx.abs(x);
+    let ends = cmp_k(cx, CmpDir::Eq, ax, 1.0);
+    let parity = by_parity(cx, n, one_);
+    let xp = cmp_k(cx, CmpDir::Gt, x, 0.0);
+    let end_v = cx.select(xp, one_, parity);
+    let iters = rec_iters(cx, n, Some(ends));
+    let rec = recurrence(cx, iters, one_, x, true, |b, kf, p, q| {
+        let o = bk(b, 1.0, kf);
+        let k2 = b.add(kf, kf);
+        let k21 = b.add(k2, o);
+        let t = b.mul(k21, x);
+        let t = b.mul(t, q);
+        let kp = b.mul(kf, p);
+        let t = b.sub(t, kp);
+        let k1 = b.add(kf, o);
+        b.div(t, k1)
+    });
+    let n0 = icmp(cx, CmpDir::Eq, n, 0);
+    let r = cx.select(n0, one_, rec);
+    let r = cx.select(ends, end_v, r);
+    let neg = icmp(cx, CmpDir::Lt, n, 0);
+    let zero = k(cx, 0.0, x);
+    cx.select(neg, zero, r)
+}
+
+/// Laguerre L_n(x): 0 for n < 0, 1 at x = 0, else ((2k + 1 - x) q - k p) / (k+1).
+fn laguerre_values(cx: &mut Cx, x: Value, n: Value) -> Value {
+    let one_ = k(cx, 1.0, x);
+    let omx = cx.sub(one_, x);
+    let at0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
+    let iters = rec_iters(cx, n, Some(at0));
+    let rec = recurrence(cx, iters, one_, omx, true, |b, kf, p, q| {
+        let o = bk(b, 1.0, kf);
+        let k2 = b.add(kf, kf);
+        let t = b.add(k2, omx);
+        let t = b.mul(t, q);
+        let kp = b.mul(kf, p);
+        let t = b.sub(t, kp);
+        let k1 = b.add(kf, o);
+        b.div(t, k1)
+    });
+    let n0 = icmp(cx, CmpDir::Eq, n, 0);
+    let r = cx.select(n0, one_, rec);
+    let r = cx.select(at0, one_, r);
+    let neg = icmp(cx, CmpDir::Lt, n, 0);
+    let zero = k(cx, 0.0, x);
+    cx.select(neg, zero, r)
+}
+
+/// Hermite polynomials, physicists' H (`physicists`) or probabilists' He: 0 for n < 0, NaN
+/// beyond PyTorch's limit (128 in float32, 512 in float64), else r = 2x q - 2k p (H) or
+/// x q - k p (He), without PyTorch's NaN stop.
+fn hermite_values(cx: &mut Cx, x: Value, n: Value, physicists: bool) -> Value {
+    let one_ = k(cx, 1.0, x);
+    let limit = if cx.dtype(x) == DType::F64 { 512 } else { 128 };
+    let too_big = icmp(cx, CmpDir::Gt, n, limit);
+    let q0 = if physicists { cx.add(x, x) } else { x };
+    let iters = rec_iters(cx, n, Some(too_big));
+    let rec = recurrence(cx, iters, one_, q0, false, |b, kf, p, q| {
+        if physicists {
+            let xx = b.add(x, x);
+            let t = b.mul(xx, q);
+            let k2 = b.add(kf, kf);
+            let kp = b.mul(k2, p);
+            b.sub(t, kp)
+        } else {
+            let t = b.mul(x, q);
+            let kp = b.mul(kf, p);
+            b.sub(t, kp)
+        }
+    });
+    let nan = k(cx, f64::NAN, x);
+    let r = cx.select(too_big, nan, rec);
+    let n0 = icmp(cx, CmpDir::Eq, n, 0);
+    let r = cx.select(n0, one_, r);
+    let neg = icmp(cx, CmpDir::Lt, n, 0);
+    let zero = k(cx, 0.0, x);
+    cx.select(neg, zero, r)
+}
+
+// ---- Bessel functions of the first and second kind, K, spherical j0, Airy Ai -----------------------
+
+const J0_PP: [f64; 7] = [
+    7.96936729297347051624e-04, 8.28352392107440799803e-02, 1.23953371646414299388e+00, 5.44725003058768775090e+00,
+    8.74716500199817011941e+00, 5.30324038235394892183e+00, 9.99999999999999997821e-01,
+];
+const J0_PQ: [f64; 7] = [
+    9.24408810558863637013e-04, 8.56288474354474431428e-02, 1.25352743901058953537e+00, 5.47097740330417105182e+00,
+    8.76190883237069594232e+00, 5.30605288235394617618e+00, 1.00000000000000000218e+00,
+];
+const J0_QP: [f64; 8] = [
+    -1.13663838898469149931e-02, -1.28252718670509318512e+00, -1.95539544257735972385e+01, -9.32060152123768231369e+01,
+    -1.77681167980488050595e+02, -1.47077505154951170175e+02, -5.14105326766599330220e+01, -6.05014350600728481186e+00,
+];
+const J0_QQ: [f64; 7] = [
+    6.43178256118178023184e+01, 8.56430025976980587198e+02, 3.88240183605401609683e+03, 7.24046774195652478189e+03,
+    5.93072701187316984827e+03, 2.06209331660327847417e+03, 2.42005740240291393179e+02,
+];
+const J0_RP: [f64; 4] = [-4.79443220978201773821e+09, 1.95617491946556577543e+12, -2.49248344360967716204e+14, 9.70862251047306323952e+15];
+const J0_RQ: [f64; 8] = [
+    4.99563147152651017219e+02, 1.73785401676374683123e+05, 4.84409658339962045305e+07, 1.11855537045356834862e+10,
+    2.11277520115489217587e+12, 3.10518229857422583814e+14, 3.18121955943204943306e+16, 1.71086294081043136091e+18,
+];
+const Y0_YP: [f64; 8] = [
+    1.55924367855235737965e+04, -1.46639295903971606143e+07, 5.43526477051876500413e+09, -9.82136065717911466409e+11,
+    8.75906394395366999549e+13, -3.46628303384729719441e+15, 4.42733268572569800351e+16, -1.84950800436986690637e+16,
+];
+const Y0_YQ: [f64; 7] = [
+    1.04128353664259848412e+03, 6.26107330137134956842e+05, 2.68919633393814121987e+08, 8.64002487103935000337e+10,
+    2.02979612750105546709e+13, 3.17157752842975028269e+15, 2.50596256172653059228e+17,
+];
+const J1_PP: [f64; 7] = [
+    7.62125616208173112003e-04, 7.31397056940917570436e-02, 1.12719608129684925192e+00, 5.11207951146807644818e+00,
+    8.42404590141772420927e+00, 5.21451598682361504063e+00, 1.00000000000000000254e+00,
+];
+const J1_PQ: [f64; 7] = [
+    5.71323128072548699714e-04, 6.88455908754495404082e-02, 1.10514232634061696926e+00, 5.07386386128601488557e+00,
+    8.39985554327604159757e+00, 5.20982848682361821619e+00, 9.99999999999999997461e-01,
+];
+const J1_QP: [f64; 8] = [
+    5.10862594750176621635e-02, 4.98213872951233449420e+00, 7.58238284132545283818e+01, 3.66779609360150777800e+02,
+    7.10856304998926107277e+02, 5.97489612400613639965e+02, 2.11688757100572135698e+02, 2.52070205858023719784e+01,
+];
+const J1_QQ: [f64; 7] = [
+    7.42373277035675149943e+01, 1.05644886038262816351e+03, 4.98641058337653607651e+03, 9.56231892404756170795e+03,
+    7.99704160447350683650e+03, 2.82619278517639096600e+03, 3.36093607810698293419e+02,
+];
+const J1_RP: [f64; 4] = [-8.99971225705559398224e+08, 4.52228297998194034323e+11, -7.27494245221818276015e+13, 3.68295732863852883286e+15];
+const J1_RQ: [f64; 8] = [
+    6.20836478118054335476e+02, 2.56987256757748830383e+05, 8.35146791431949253037e+07, 2.21511595479792499675e+10,
+    4.74914122079991414898e+12, 7.84369607876235854894e+14, 8.95222336184627338078e+16, 5.32278620332680085395e+18,
+];
+const Y1_YP: [f64; 6] = [
+    1.26320474790178026440e+09, -6.47355876379160291031e+11, 1.14509511541823727583e+14, -8.12770255501325109621e+15,
+    2.02439475713594898196e+17, -7.78877196265950026825e+17,
+];
+const Y1_YQ: [f64; 8] = [
+    5.94301592346128195359e+02, 2.35564092943068577943e+05, 7.34811944459721705660e+07, 1.87601316108706159478e+10,
+    3.88231277496238566008e+12, 6.20557727146953693363e+14, 6.87141087355300489866e+16, 3.97270608116560655612e+18,
+];
+const K0_A: [f64; 10] = [
+    1.37446543561352307156e-16, 4.25981614279661018399e-14, 1.03496952576338420167e-11, 1.90451637722020886025e-09,
+    2.53479107902614945675e-07, 2.28621210311945178607e-05, 1.26461541144692592338e-03, 3.59799365153615016266e-02,
+    3.44289899924628486886e-01, -5.35327393233902768720e-01,
+];
+const K0_B: [f64; 25] = [
+    5.30043377268626276149e-18, -1.64758043015242134646e-17, 5.21039150503902756861e-17, -1.67823109680541210385e-16,
+    5.51205597852431940784e-16, -1.84859337734377901440e-15, 6.34007647740507060557e-15, -2.22751332699166985548e-14,
+    8.03289077536357521100e-14, -2.98009692317273043925e-13, 1.14034058820847496303e-12, -4.51459788337394416547e-12,
+    1.85594911495471785253e-11, -7.95748924447710747776e-11, 3.57739728140030116597e-10, -1.69753450938905987466e-09,
+    8.57403401741422608519e-09, -4.66048989768794782956e-08, 2.76681363944501510342e-07, -1.83175552271911948767e-06,
+    1.39498137188764993662e-05, -1.28495495816278026384e-04, 1.56988388573005337491e-03, -3.14481013119645005427e-02,
+    2.44030308206595545468e+00,
+];
+const K1_A: [f64; 11] = [
+    -7.02386347938628759343e-18, -2.42744985051936593393e-15, -6.66690169419932900609e-13, -1.41148839263352776110e-10,
+    -2.21338763073472585583e-08, -2.43340614156596823496e-06, -1.73028895751305206302e-04, -6.97572385963986435018e-03,
+    -1.22611180822657148235e-01, -3.53155960776544875667e-01, 1.52530022733894777053e+00,
+];
+const K1_B: [f64; 25] = [
+    -5.75674448366501715755e-18, 1.79405087314755922667e-17, -5.68946255844285935196e-17, 1.83809354436663880070e-16,
+    -6.05704724837331885336e-16, 2.03870316562433424052e-15, -7.01983709041831346144e-15, 2.47715442448130437068e-14,
+    -8.97670518232499435011e-14, 3.34841966607842919884e-13, -1.28917396095102890680e-12, 5.13963967348173025100e-12,
+    -2.12996783842756842877e-11, 9.21831518760500529508e-11, -4.19035475934189648750e-10, 2.01504975519703286596e-09,
+    -1.03457624656780970260e-08, 5.74108412545004946722e-08, -3.50196060308781257119e-07, 2.40648494783721712015e-06,
+    -1.93619797416608296024e-05, 1.95215518471351631108e-04, -2.85781685962277938680e-03, 1.03923736576817238437e-01,
+    2.72062619048444266945e+00,
+];
+const AIRY_AN: [f64; 8] = [
+    3.46538101525629032477e-01, 1.20075952739645805542e+01, 7.62796053615234516538e+01, 1.68089224934630576269e+02,
+    1.59756391350164413639e+02, 7.05360906840444183113e+01, 1.40264691163389668864e+01, 9.99999999999999995305e-01,
+];
+const AIRY_AD: [f64; 8] = [
+    5.67594532638770212846e-01, 1.47562562584847203173e+01, 8.45138970141474626562e+01, 1.77318088145400459522e+02,
+    1.64234692871529701831e+02, 7.14778400825575695274e+01, 1.40959135607834029598e+01, 1.00000000000000000470e+00,
+];
+const AIRY_AFN: [f64; 9] = [
+    -1.31696323418331795333e-01, -6.26456544431912369773e-01, -6.93158036036933542233e-01, -2.79779981545119124951e-01,
+    -4.91900132609500318020e-02, -4.06265923594885404393e-03, -1.59276496239262096340e-04, -2.77649108155232920844e-06,
+    -1.67787698489114633780e-08,
+];
+const AIRY_AFD: [f64; 9] = [
+    1.33560420706553243746e+01, 3.26825032795224613948e+01, 2.67367040941499554804e+01, 9.18707402907259625840e+00,
+    1.47529146771666414581e+00, 1.15687173795188044134e-01, 4.40291641615211203805e-03, 7.54720348287414296618e-05,
+    4.51850092970580378464e-07,
+];
+const AIRY_AGN: [f64; 11] = [
+    1.97339932091685679179e-02, 3.91103029615688277255e-01, 1.06579897599595591108e+00, 9.39169229816650230044e-01,
+    3.51465656105547619242e-01, 6.33888919628925490927e-02, 5.85804113048388458567e-03, 2.82851600836737019778e-04,
+    6.98793669997260967291e-06, 8.11789239554389293311e-08, 3.41551784765923618484e-10,
+];
+const AIRY_AGD: [f64; 10] = [
+    9.30892908077441974853e+00, 1.98352928718312140417e+01, 1.55646628932864612953e+01, 5.47686069422975497931e+00,
+    9.54293611618961883998e-01, 8.64580826352392193095e-02, 4.12656523824222607191e-03, 1.01259085116509135510e-04,
+    1.17166733214413521882e-06, 4.91834570062930015649e-09,
+];
+
+/// sqrt(2/pi), the factor of the asymptotic forms of J and Y.
+const SQRT_2_OVER_PI: f64 = 0.797884560802865355879892119868763737;
+const TWO_OVER_PI: f64 = 0.636619772367581343075535053490057448;
+
+/// The asymptotic form of J0/Y0 (`first` for J) or J1/Y1 beyond 5, for x > 0:
+/// (P cos(x - phase) - 5/x Q sin(x - phase)) sqrt(2/pi) / sqrt(x) for J, with sin and cos
+/// swapped and a plus for Y.
+fn bessel_far(cx: &mut Cx, x: Value, order1: bool, first: bool) -> Value {
+    let five = k(cx, 5.0, x);
+    let z = if order1 {
+        // (5/x) (5/x)
+        let f = cx.div(five, x);
+        cx.mul(f, f)
+    } else {
+        // 25 / (x x)
+        let c = k(cx, 25.0, x);
+        let xx = cx.mul(x, x);
+        cx.div(c, xx)
+    };
+    let (pp, pq, qp, qq): (&[f64], &[f64], &[f64], &[f64]) =
+        if order1 { (&J1_PP, &J1_PQ, &J1_QP, &J1_QQ) } else { (&J0_PP, &J0_PQ, &J0_QP, &J0_QQ) };
+    let pp = polevl(cx, z, pp);
+    let pq = polevl(cx, z, pq);
+    let qp = polevl(cx, z, qp);
+    let qq = polevl(cx, z, qq);
+    let phase = if order1 { 2.356194490192344928846982537459627163 } else { 0.785398163397448309615660845819875721 };
+    let ph = k(cx, phase, x);
+    let s = cx.sub(x, ph);
+    let (c1, c2) = if first { (cx.cos(s), cx.sin(s)) } else { (cx.sin(s), cx.cos(s)) };
+    let a = cx.div(pp, pq);
+    let a = cx.mul(a, c1);
+    let f = cx.div(five, x);
+    let q = cx.div(qp, qq);
+    let b = cx.mul(f, q);
+    let b = cx.mul(b, c2);
+    let t = if first { cx.sub(a, b) } else { cx.add(a, b) };
+    let c = k(cx, SQRT_2_OVER_PI, x);
+    let t = cx.mul(t, c);
+    let sq = cx.sqrt(x);
+    cx.div(t, sq)
+}
+
+/// J0 (Cephes j0): even; 1 - x^2/4 below 1e-5, the rational form up to 5, asymptotic above.
+fn bessel_j0_values(cx: &mut Cx, x: Value) -> Value {
+    let ax = cx.abs(x);
+    let xx = cx.mul(ax, ax);
+    let four = k(cx, 4.0, x);
+    let one_ = k(cx, 1.0, x);
+    let t = cx.div(xx, four);
+    let tiny_v = cx.sub(one_, t);
+    let rp = polevl(cx, xx, &J0_RP);
+    let rq = polevl(cx, xx, &J0_RQ);
+    let c1 = k(cx, 5.78318596294678452118e+00, x);
+    let c2 = k(cx, 3.04712623436620863991e+01, x);
+    let a = cx.sub(xx, c1);
+    let b = cx.sub(xx, c2);
+    let near = cx.mul(a, b);
+    let near = cx.mul(near, rp);
+    let near = cx.div(near, rq);
+    let far = bessel_far(cx, ax, false, true);
+    let tiny = cmp_k(cx, CmpDir::Lt, ax, 0.00001);
+    let near = cx.select(tiny, tiny_v, near);
+    let is_near = cmp_k(cx, CmpDir::Le, ax, 5.0);
+    cx.select(is_near, near, far)
+}
+
+/// J1 (Cephes j1): odd; the rational form up to 5, asymptotic above.
+fn bessel_j1_values(cx: &mut Cx, x: Value) -> Value {
+    let ax = cx.abs(x);
+    // The rational form is odd in x: evaluate it at x itself, as -J1(-x) gives the same.
+    let xx = cx.mul(x, x);
+    let rp = polevl(cx, xx, &J1_RP);
+    let rq = polevl(cx, xx, &J1_RQ);
+    let c1 = k(cx, 1.46819706421238932572e+01, x);
+    let c2 = k(cx, 4.92184563216946036703e+01, x);
+    let near = cx.div(rp, rq);
+    let near = cx.mul(near, x);
+    let a = cx.sub(xx, c1);
+    let near = cx.mul(near, a);
+    let b = cx.sub(xx, c2);
+    let near = cx.mul(near, b);
+    let far = bessel_far(cx, ax, true, true);
+    let neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
+    let nfar = cx.neg(far);
+    let far = cx.select(neg, nfar, far);
+    let is_near = cmp_k(cx, CmpDir::Le, ax, 5.0);
+    cx.select(is_near, near, far)
+}
+
+/// Y0 (Cephes y0): -inf at 0, NaN below, the rational form plus (2/pi) log(x) J0(x) up to 5.
+fn bessel_y0_values(cx: &mut Cx, x: Value) -> Value {
+    let xx = cx.mul(x, x);
+    let yp = polevl(cx, xx, &Y0_YP);
+    let yq = polevl(cx, xx, &Y0_YQ);
+    let r = cx.div(yp, yq);
+    let c = k(cx, TWO_OVER_PI, x);
+    let l = cx.log(x);
+    let t = cx.mul(c, l);
+    let j = bessel_j0_values(cx, x);
+    let t = cx.mul(t, j);
+    let near = cx.add(r, t);
+    let far = bessel_far(cx, x, false, false);
+    y_edges(cx, x, near, far, CmpDir::Lt)
+}
+
+/// Y1 (Cephes y1): -inf at 0, NaN below, x R(x^2) + (2/pi)(J1(x) log(x) - 1/x) up to 5.
+fn bessel_y1_values(cx: &mut Cx, x: Value) -> Value {
+    let xx = cx.mul(x, x);
+    let yp = polevl(cx, xx, &Y1_YP);
+    let yq = polevl(cx, xx, &Y1_YQ);
+    let r = cx.div(yp, yq);
+    let r = cx.mul(x, r);
+    let j = bessel_j1_values(cx, x);
+    let l = cx.log(x);
+    let t = cx.mul(j, l);
+    let one_ = k(cx, 1.0, x);
+    let inv = cx.div(one_, x);
+    let t = cx.sub(t, inv);
+    let c = k(cx, TWO_OVER_PI, x);
+    let t = cx.mul(c, t);
+    let near = cx.add(r, t);
+    let far = bessel_far(cx, x, true, false);
+    y_edges(cx, x, near, far, CmpDir::Le)
+}
+
+/// The branches of Y0/Y1: up to 5 `near` (-inf at 0, NaN where `x nan_dir 0`), above `far`.
+fn y_edges(cx: &mut Cx, x: Value, near: Value, far: Value, nan_dir: CmpDir) -> Value {
+    let nan = k(cx, f64::NAN, x);
+    let ninf = k(cx, f64::NEG_INFINITY, x);
+    let bad = cmp_k(cx, nan_dir, x, 0.0);
+    let near = cx.select(bad, nan, near);
+    let at0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
+    let near = cx.select(at0, ninf, near);
+    let is_near = cmp_k(cx, CmpDir::Le, x, 5.0);
+    cx.select(is_near, near, far)
+}
+
+/// PyTorch's modified_bessel_i1_forward (full Chebyshev tables in every dtype) for x in (0, 8]:
+/// 0.5 (a - p) x exp(x).
+fn bessel_i1_near(cx: &mut Cx, x: Value) -> Value {
+    let half = k(cx, 0.5, x);
+    let two = k(cx, 2.0, x);
+    let y = cx.mul(x, half);
+    let y = cx.sub(y, two);
+    let c = chbevl(cx, y, &I1E_A);
+    let c = cx.mul(c, x);
+    let e = cx.exp(x);
+    cx.mul(c, e)
+}
+
+/// K0 or K1 (`order1`), times exp(x) when `scaled` (Cephes k0/k1/k0e/k1e as PyTorch writes
+/// them): inf at 0, NaN below; Chebyshev series in x^2 - 2 with the log(x/2) I term up to 2,
+/// in 8/x - 2 above.
+fn bessel_k_values(cx: &mut Cx, x: Value, order1: bool, scaled: bool) -> Value {
+    let half = k(cx, 0.5, x);
+    let two = k(cx, 2.0, x);
+    let xx = cx.mul(x, x);
+    let y = cx.sub(xx, two);
+    let hx = cx.mul(half, x);
+    let l = cx.log(hx);
+    let near = if order1 {
+        let a = chbevl(cx, y, &K1_A);
+        let i1 = bessel_i1_near(cx, x);
+        let t = cx.mul(l, i1);
+        let a = cx.div(a, x);
+        cx.add(t, a)
+    } else {
+        let a = chbevl(cx, y, &K0_A);
+        let i0 = bessel_i0(cx, x, false);
+        let t = cx.mul(l, i0);
+        cx.sub(a, t)
+    };
+    let near = if scaled {
+        let e = cx.exp(x);
+        cx.mul(near, e)
+    } else {
+        near
+    };
+    let eight = k(cx, 8.0, x);
+    let z = cx.div(eight, x);
+    let z = cx.sub(z, two);
+    let b = chbevl(cx, z, if order1 { &K1_B } else { &K0_B });
+    let b = if scaled {
+        b
+    } else {
+        let nx = cx.neg(x);
+        let e = cx.exp(nx);
+        cx.mul(e, b)
+    };
+    let sq = cx.sqrt(x);
+    let far = cx.div(b, sq);
+    let is_near = cmp_k(cx, CmpDir::Le, x, 2.0);
+    let r = cx.select(is_near, near, far);
+    let nan = k(cx, f64::NAN, x);
+    let neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
+    let r = cx.select(neg, nan, r);
+    let inf = k(cx, f64::INFINITY, x);
+    let at0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
+    cx.select(at0, inf, r)
+}
+
+/// The spherical Bessel function j0 = sin(x)/x: 0 at +-inf, a Taylor polynomial below 0.5.
+fn spherical_j0_values(cx: &mut Cx, x: Value) -> Value {
+    let f32_ = cx.dtype(x) != DType::F64;
+    // PyTorch writes the coefficients as T(-1.0) / T(6.0) and so on: quotients rounded in T.
+    let coef = |d: f64, sign: f64| {
+        let q = if f32_ { (1.0f32 / d as f32) as f64 } else { 1.0 / d };
+        sign * q
+    };
+    let xx = cx.mul(x, x);
+    let dens = [6227020800.0, 39916800.0, 362880.0, 5040.0, 120.0, 6.0];
+    let mut acc = k(cx, coef(dens[0], 1.0), x);
+    let mut sign = -1.0;
+    for &d in &dens[1..] {
+        let t = cx.mul(xx, acc);
+        let c = k(cx, coef(d, sign), x);
+        acc = cx.add(c, t);
+        sign = -sign;
+    }
+    let t = cx.mul(xx, acc);
+    let one_ = k(cx, 1.0, x);
+    let small = cx.add(one_, t);
+    let s = cx.sin(x);
+    let big = cx.div(s, x);
+    let ax = cx.abs(x);
+    let is_small = cmp_k(cx, CmpDir::Lt, ax, 0.5);
+    let r = cx.select(is_small, small, big);
+    let zero = k(cx, 0.0, x);
+    let inf = cmp_k(cx, CmpDir::Eq, ax, f64::INFINITY);
+    cx.select(inf, zero, r)
+}
+
+/// Airy Ai (Cephes airy as PyTorch writes it): NaN at +-inf, 0 above 103.892, the asymptotic
+/// forms below -2.09 and from 2.09, and in between the Maclaurin series f(x) and g(x), summed
+/// (one while loop for the tensor) until each term is below epsilon relative to f.
+fn airy_ai_values(cx: &mut Cx, x: Value) -> Value {
+    let double = cx.dtype(x) == DType::F64;
+    let eps = if double { f64::EPSILON } else { f32::EPSILON as f64 };
+    let one_ = k(cx, 1.0, x);
+    let two = k(cx, 2.0, x);
+    let three = k(cx, 3.0, x);
+    let c_ai = k(cx, 5.64189583547756286948e-01, x);
+    // x < -2.09: with w = -2 x sqrt(-x) / 3 and z = 1/w.
+    let nx = cx.neg(x);
+    let sn = cx.sqrt(nx);
+    let m2 = k(cx, -2.0, x);
+    let w = cx.mul(m2, x);
+    let w = cx.mul(w, sn);
+    let w = cx.div(w, three);
+    let z = cx.div(one_, w);
+    let zz = cx.mul(z, z);
+    let afn = polevl(cx, zz, &AIRY_AFN);
+    let afd = polevl(cx, zz, &AIRY_AFD);
+    let agn = polevl(cx, zz, &AIRY_AGN);
+    let agd = polevl(cx, zz, &AIRY_AGD);
+    let qpi = k(cx, if double { 0.25 * std::f64::consts::PI } else { 0.25 * (std::f32::consts::PI as f64) }, x);
+    let t = cx.add(w, qpi);
+    let ssn = cx.sqrt(sn);
+    let lead = cx.div(c_ai, ssn);
+    let f = cx.mul(zz, afn);
+    let f = cx.div(f, afd);
+    let f = cx.add(one_, f);
+    let st = cx.sin(t);
+    let f = cx.mul(st, f);
+    let g = cx.mul(z, agn);
+    let g = cx.div(g, agd);
+    let ct = cx.cos(t);
+    let g = cx.mul(ct, g);
+    let d = cx.sub(f, g);
+    let neg_v = cx.mul(lead, d);
+    // x >= 2.09: zeta = 2 x sqrt(x) / 3.
+    let sx = cx.sqrt(x);
+    let zeta = cx.mul(two, x);
+    let zeta = cx.mul(zeta, sx);
+    let zeta = cx.div(zeta, three);
+    let iz = cx.div(one_, zeta);
+    let an = polevl(cx, iz, &AIRY_AN);
+    let ad = polevl(cx, iz, &AIRY_AD);
+    let r = cx.div(an, ad);
+    let r = cx.mul(c_ai, r);
+    let ssx = cx.sqrt(sx);
+    let den = cx.mul(two, ssx);
+    let ez = cx.exp(zeta);
+    let den = cx.mul(den, ez);
+    let pos_v = cx.div(r, den);
+    // In between: f = sum z^k / (3k)! * (1 4 ... (3k-2)), g likewise, with z = x^3.
+    let below = cmp_k(cx, CmpDir::Lt, x, -2.09);
+    let above = cmp_k(cx, CmpDir::Ge, x, 2.09);
+    let outside = cx.or(below, above);
+    let series = cx.not(outside);
+    let xx = cx.mul(x, x);
+    let z3 = cx.mul(xx, x);
+    let zero_i = cx.constant_i64(0, ElemType::I64);
+    let s = cx.while_loop(
+        &[zero_i, one_, x, one_, x, series],
+        |b, v| {
+            let lim = b.constant_i64(1000, ElemType::I64);
+            let more = b.compare(CmpDir::Lt, v[0], lim);
+            let any = any_true(b, v[5]);
+            b.and(more, any)
+        },
+        |b, v| {
+            let (j, m, n, f, g, active) = (v[0], v[1], v[2], v[3], v[4], v[5]);
+            // k runs 1 + 3j before this step: the divisors are 3j + 2, 3j + 3, 3j + 4.
+            let three_i = b.constant_i64(3, ElemType::I64);
+            let j3 = b.mul(j, three_i);
+            let e = b.elem(m);
+            let dims = b.dims(m).to_vec();
+            let mut kv = [m; 3];
+            for (i, slot) in kv.iter_mut().enumerate() {
+                let c = b.constant_i64(2 + i as i64, ElemType::I64);
+                let t = b.add(j3, c);
+                let t = b.convert(t, e);
+                *slot = b.broadcast_in_dim(t, &dims, &[]);
+            }
+            let m1 = b.mul(m, z3);
+            let m1 = b.div(m1, kv[0]);
+            let n1 = b.mul(n, z3);
+            let n1 = b.div(n1, kv[1]);
+            let m1 = b.div(m1, kv[1]);
+            let f1 = b.add(f, m1);
+            let n1 = b.div(n1, kv[2]);
+            let g1 = b.add(g, n1);
+            let t = b.div(m1, f1);
+            let t = b.abs(t);
+            let ev = bk(b, eps, m);
+            let go_on = b.compare(CmpDir::Gt, t, ev);
+            let m = b.select(active, m1, m);
+            let n = b.select(active, n1, n);
+            let f = b.select(active, f1, f);
+            let g = b.select(active, g1, g);
+            let active = b.and(active, go_on);
+            let one_i = b.constant_i64(1, ElemType::I64);
+            let j = b.add(j, one_i);
+            vec![j, m, n, f, g, active]
+        },
+    );
+    let c1 = k(cx, 0.355028053887817239260, x);
+    let c2 = k(cx, 0.258819403792806798405, x);
+    let a = cx.mul(c1, s[3]);
+    let b = cx.mul(c2, s[4]);
+    let mid = cx.sub(a, b);
+    let r = cx.select(above, pos_v, mid);
+    let r = cx.select(below, neg_v, r);
+    let zero = k(cx, 0.0, x);
+    let far = cmp_k(cx, CmpDir::Gt, x, 103.892);
+    let r = cx.select(far, zero, r);
+    let nan = k(cx, f64::NAN, x);
+    let ax = cx.abs(x);
+    let inf = cmp_k(cx, CmpDir::Eq, ax, f64::INFINITY);
+    cx.select(inf, nan, r)
 }
