@@ -34,6 +34,7 @@ mod order_stats;
 mod random;
 mod fft;
 mod decomp;
+mod losses;
 mod attention;
 mod complex;
 
@@ -89,6 +90,8 @@ pub const ROUTED_OPS: &[&str] = &[
     "logsumexp.out",
     // Its composite resizes four empty out= tensors, one more than the shim's retries allow.
     "linalg_lstsq",
+    // Its composite (math_group_norm) computes 16-bit statistics in 16 bits.
+    "native_group_norm",
     // PyTorch's SDPA backend for other devices; the composites only raise.
     "_scaled_dot_product_fused_attention_overrideable",
     "_scaled_dot_product_fused_attention_overrideable_backward",
@@ -156,6 +159,7 @@ pub fn registry() -> &'static Registry {
         random::register(&mut r);
         fft::register(&mut r);
         decomp::register(&mut r);
+        losses::register(&mut r);
         attention::register(&mut r);
         complex::register(&mut r);
         r
