@@ -106,6 +106,9 @@ const char* tt_routed_ops(void);
 // Whether a structured aten op ("aten::add_", "Tensor") runs its lowering directly instead of
 // its generated composite (it has a lowering, and its composite is not needed).
 bool tt_route_structured(const char* qualified_name, const char* overload);
+// Whether an op belongs to a family whose composite kernels (one op per list item) the shim
+// replaces with the lowering (ROUTED_FAMILIES).
+bool tt_route_family(const char* qualified_name);
 
 int32_t tt_device_count(void);
 void tt_synchronize(int32_t device);

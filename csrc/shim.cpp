@@ -538,6 +538,56 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& v : returns) stack->push_back(std::move(v));
 }
 
+// A list op (_foreach_*) runs as one program reading every input first; PyTorch's loop runs
+// item by item. When an item it writes shares a storage with an item at another position,
+// the order shows: run those calls item by item too.
+bool list_items_alias(const c10::FunctionSchema& schema, c10::ArrayRef<c10::IValue> args) {
+  std::unordered_map<const void*, size_t> written;
+  for (size_t i = 0; i < args.size(); i++) {
+    const auto* alias = schema.arguments()[i].alias_info();
+    if (!alias || !alias->isWrite() || !args[i].isTensorList()) continue;
+    auto items = args[i].toTensorList();
+    for (size_t k = 0; k < items.size(); k++) {
+      auto [it, fresh] = written.emplace(items.get(k).storage().unsafeGetStorageImpl(), k);
+      if (!fresh && it->second != k) return true;
+    }
+  }
+  for (const auto& v : args) {
+    if (!v.isTensorList()) continue;
+    auto items = v.toTensorList();
+    for (size_t k = 0; k < items.size(); k++) {
+      auto it = written.find(items.get(k).storage().unsafeGetStorageImpl());
+      if (it != written.end() && it->second != k) return true;
+    }
+  }
+  return false;
+}
+
+void list_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  size_t nargs = schema.arguments().size();
+  if (!list_items_alias(schema, torch::jit::last(*stack, nargs))) return fallback(op, stack);
+  TORCH_CHECK(schema.returns().empty(), "torchtpu: ", schema.name(), ": aliased list items in an op with results");
+  std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
+  torch::jit::drop(*stack, nargs);
+  size_t n = 0;
+  for (const auto& v : args) {
+    if (v.isTensorList()) n = std::max(n, v.toTensorList().size());
+  }
+  for (size_t k = 0; k < n; k++) {
+    for (const auto& v : args) {
+      if (v.isList() && v.toList().size() == n) {
+        c10::impl::GenericList item(v.toList().elementType());
+        item.push_back(v.toList().get(k));
+        stack->emplace_back(std::move(item));
+      } else {
+        stack->push_back(v);
+      }
+    }
+    fallback(op, stack);
+  }
+}
+
 // ---- metadata ops ------------------------------------------------------------------------------
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -802,18 +852,24 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Structured ops (add.Tensor, mul_.Tensor, ...) get a generated composite kernel that
   // allocates an output and calls the op's out= form. When the op has a lowering, run the
   // functional and in-place forms directly instead: one call, no empty output to fill.
+  // Families such as _foreach_* (a composite that loops one op per tensor) go there too.
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0 || !tt_route_structured(name.name.c_str(), name.overload_name.c_str())) {
       continue;
     }
     auto op = dispatcher.findOp(name);
-    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+    bool family = tt_route_family(name.name.c_str());
+    bool composite = op && (op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) || family);
+    if (!composite || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
       continue;
     }
     std::string full = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-    m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    if (family) {
+      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&list_op>());
+    } else {
+      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    }
   }
 }
 

@@ -14,6 +14,20 @@ def test_function_matches_cpu():
     torch.testing.assert_close(got.cpu(), f(x, y))
 
 
+def test_default_backend_for_tpu_inputs_is_tpu():
+    # torch.compile without a backend (inductor) compiles tpu graphs with backend "tpu".
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.sin(x) * 2.0 + x.sum()
+
+    x = make((3, 4))
+    graphs = len(torch.tpu.compile_stats()["graphs"])
+    got = torch.compile(f)(x.to(TPU))
+    torch.testing.assert_close(got.cpu(), f(x))
+    assert len(torch.tpu.compile_stats()["graphs"]) == graphs + 1
+
+
 def test_module_forward_backward_matches_cpu():
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 3))

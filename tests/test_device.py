@@ -160,6 +160,19 @@ def test_autoload_with_plain_import_torch():
     assert out.stdout.strip().endswith("[2.0, 2.0]")
 
 
+def test_autoload_can_be_turned_off_and_explicit_import_still_works():
+    import os
+    name = "import torch; print(torch._C._get_privateuse1_backend_name())"
+    env = {**os.environ, "TORCHTPU_AUTOLOAD": "0"}
+    out = subprocess.run([sys.executable, "-c", name], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "privateuseone"
+    explicit = "import torch, torchtpu; print(torch.ones(2, device='tpu').sum().item())"
+    out = subprocess.run([sys.executable, "-c", explicit], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "2.0"
+
+
 def test_second_cpu_plugin():
     import importlib.util, os
     spec = importlib.util.find_spec("lammps_jax_pjrt_cpu")

@@ -344,3 +344,23 @@ def test_clip_grad_norm_foreach():
     torch.testing.assert_close(nd.cpu(), nc)
     for c, d in zip(cpu, dev):
         torch.testing.assert_close(d.grad.cpu(), c.grad)
+
+
+def test_foreach_ops_run_one_program_per_list():
+    xs = [torch.randn(3, 2, device=TPU) for _ in range(6)]
+    ys = [x.clone() for x in xs]
+    before = torch.tpu.compile_stats()["executions"]
+    torch._foreach_add_(xs, ys, alpha=2.0)
+    torch._foreach_mul_(xs, 0.5)
+    assert torch.tpu.compile_stats()["executions"] - before == 2
+    # An AdamW step (foreach by default) takes as many programs for 12 parameters as for 3.
+    def step_programs(n):
+        params = [torch.nn.Parameter(torch.randn(4, device=TPU)) for _ in range(n)]
+        for p in params:
+            p.grad = torch.randn(4, device=TPU)
+        opt = torch.optim.AdamW(params)
+        opt.step()
+        start = torch.tpu.compile_stats()["executions"]
+        opt.step()
+        return torch.tpu.compile_stats()["executions"] - start
+    assert step_programs(12) == step_programs(3)

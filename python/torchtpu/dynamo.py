@@ -262,6 +262,23 @@ def backend(gm, example_inputs, **kwargs):
                         partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
 
 
+def install_as_default_for_tpu():
+    """`torch.compile(model)` without a backend means inductor, which has no code generator
+    for tpu: graphs whose inputs live on tpu go to this backend instead."""
+    wrapper = torch._TorchCompileInductorWrapper
+    if getattr(wrapper.__call__, "_torchtpu", False):
+        return
+    inductor = wrapper.__call__
+
+    def __call__(self, model_, inputs_):
+        if any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs_):
+            return backend(model_, inputs_)
+        return inductor(self, model_, inputs_)
+
+    __call__._torchtpu = True
+    wrapper.__call__ = __call__
+
+
 def _decompositions():
     """PyTorch's core ATen decompositions, except for ops lowered natively: one native
     lowering beats a chain of smaller ops (and some decompositions call out= factories)."""

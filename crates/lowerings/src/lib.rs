@@ -97,6 +97,10 @@ pub const ROUTED_OPS: &[&str] = &[
     "_scaled_dot_product_fused_attention_overrideable_backward",
 ];
 
+/// Op families whose composite kernels loop over a list one tensor at a time (`_foreach_*`):
+/// every overload with a lowering is routed to it, so a whole list runs as one program.
+pub const ROUTED_FAMILIES: &[&str] = &["_foreach_"];
+
 pub struct Registry {
     map: HashMap<&'static str, Lowering>,
 }

@@ -207,6 +207,17 @@ pub extern "C" fn tt_routed_ops() -> *const c_char {
     .as_ptr() as *const c_char
 }
 
+/// Whether an op ("aten::_foreach_add_") belongs to a family in ROUTED_FAMILIES.
+#[no_mangle]
+pub extern "C" fn tt_route_family(qualified: *const c_char) -> bool {
+    catch_unwind(|| {
+        let name = unsafe { CStr::from_ptr(qualified) }.to_string_lossy();
+        let short = name.strip_prefix("aten::").unwrap_or(&name);
+        lowerings::ROUTED_FAMILIES.iter().any(|p| short.starts_with(p))
+    })
+    .unwrap_or(false)
+}
+
 /// Whether a structured op ("aten::add", "Tensor") should run its lowering directly rather
 /// than through its generated composite.
 #[no_mangle]
