@@ -35,6 +35,7 @@ from . import _modules  # noqa: E402  (Module.to keeps tied parameters tied)
 from . import dynamo as _dynamo  # noqa: E402
 
 _dynamo.install_as_default_for_tpu()
+_dynamo.install_fake_kernels()
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
 __version__ = "0.1.0"

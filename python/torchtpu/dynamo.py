@@ -131,8 +131,16 @@ def _failed_guard():
         tc = torch._guards.TracingContext.try_get()
         codes = getattr(tc, "traced_code", None) or []
         for code in codes:
-            if guard_failures.get(code):
-                return guard_failures[code][-1].splitlines()[0].strip()
+            failures = guard_failures.get(code)
+            if failures:
+                # Each lookup records one failure per cached graph ("frame/compile: guard"); the
+                # newest graph's failure says what changed since the last compile.
+                def compile_number(f):
+                    head = f.split(":", 1)[0].strip()
+                    return int(head.split("/")[-1]) if head.replace("/", "").isdigit() else -1
+
+                recent = failures[-len(set(map(compile_number, failures))):]
+                return max(recent, key=compile_number).splitlines()[0].strip()
     except Exception:  # noqa: BLE001 - explanations must never break compiling
         pass
     return None
@@ -277,6 +285,37 @@ def install_as_default_for_tpu():
 
     __call__._torchtpu = True
     wrapper.__call__ = __call__
+
+
+def _grouped_mm_fake(fake_mode, func, *args, **kwargs):
+    """Shapes of torch._grouped_mm for graphs on tpu. PyTorch's meta function only admits bf16
+    (its CUDA kernel's limit); tpu lowers every float dtype, so the shape comes from that meta
+    function run on bf16 stand-ins, and the dtype from the inputs."""
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not tensors or tensors[0].device.type != "tpu":
+        return NotImplemented
+
+    def stand_in(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        dtype = torch.bfloat16 if x.is_floating_point() else x.dtype
+        return torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="meta")
+
+    with in_kernel_invocation_manager(fake_mode):
+        shape = func(*[stand_in(a) for a in args], **{k: stand_in(v) for k, v in kwargs.items()}).shape
+        out_dtype = kwargs.get("out_dtype") or args[0].dtype
+        out = torch.empty(shape, dtype=out_dtype, device="meta")
+    return FakeTensor(fake_mode, out, args[0].device)
+
+
+def install_fake_kernels():
+    from torch._subclasses.fake_impls import op_implementations_checks
+
+    check = lambda func: func is torch.ops.aten._grouped_mm.default  # noqa: E731
+    if not any(impl is _grouped_mm_fake for _, impl in op_implementations_checks):
+        op_implementations_checks.append((check, _grouped_mm_fake))
 
 
 def _decompositions():

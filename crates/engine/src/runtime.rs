@@ -50,6 +50,8 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let fingerprint = disk_cache::plugin_fingerprint(cache_dir.as_deref(), std::path::Path::new(&cfg.plugin_path))
         .map_err(|e| pjrt::Error::new(2, format!("reading the plugin file: {e}")))?;
     let identity = format!("{}|{}.{}|{}|{}", fingerprint, maj, min, client.platform_name(), client.platform_version());
+    // XLA:CPU cannot compile chlo.ragged_dot (grouped matmuls); the GPU and TPU compilers can.
+    lowerings::set_ragged_dot(client.platform_name() != "cpu");
     // Portable executables run on any device of the client: one compiled op serves all devices.
     Ok(Runtime { client, devices, compile_options: pjrt::portable_compile_options_proto(), identity, cache_dir })
 }

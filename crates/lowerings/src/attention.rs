@@ -176,7 +176,7 @@ fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let lse = cx.b.reshape(lse, &[a.b, a.hk * a.g, a.l]);
     // No variable-length batches, no dropout state, no debug mask: empty tensors stand in
     // for PyTorch's undefined ones.
-    let mut empty = |cx: &mut Cx, d: DType| Out::Tensor(cx.full(0.0, d, &[0]));
+    let empty = |cx: &mut Cx, d: DType| Out::Tensor(cx.full(0.0, d, &[0]));
     let max_q = cx.full(a.l as f64, DType::I64, &[]);
     let max_k = cx.full(a.s as f64, DType::I64, &[]);
     Ok(vec![

@@ -36,10 +36,12 @@ mod fft;
 mod decomp;
 mod losses;
 mod attention;
+mod grouped_mm;
 mod complex;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
+pub use grouped_mm::set_ragged_dot;
 pub use dtype::{can_cast, promote, result_type, DType, Rank};
 pub use error::{ErrorKind, Result, TorchError};
 use std::collections::HashMap;
@@ -95,6 +97,8 @@ pub const ROUTED_OPS: &[&str] = &[
     // PyTorch's SDPA backend for other devices; the composites only raise.
     "_scaled_dot_product_fused_attention_overrideable",
     "_scaled_dot_product_fused_attention_overrideable_backward",
+    // Its composite runs one product per group after reading the offsets on the host.
+    "_grouped_mm",
 ];
 
 /// Op families whose composite kernels loop over a list one tensor at a time (`_foreach_*`):
@@ -165,6 +169,7 @@ pub fn registry() -> &'static Registry {
         decomp::register(&mut r);
         losses::register(&mut r);
         attention::register(&mut r);
+        grouped_mm::register(&mut r);
         complex::register(&mut r);
         r
     })

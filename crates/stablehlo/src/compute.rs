@@ -89,6 +89,46 @@ impl Builder {
         self.emit1(op, &[lhs, rhs], &[], &attrs, TensorType::new(out_elem, &dims))
     }
 
+    /// `chlo.ragged_dot` without batch dims: lhs dim `lhs_ragged` is split into consecutive
+    /// groups of `group_sizes` (i32 [G]). With `rhs_group` (ragged non-contracting: lhs [M, K],
+    /// rhs [G, K, N]) each row is multiplied by its group's rhs: [M, N]. Without it (ragged
+    /// contracting: lhs [M, K] grouped along K, rhs [K, N]) each group gives one product: [G, M, N].
+    #[allow(clippy::too_many_arguments)]
+    pub fn ragged_dot(
+        &mut self,
+        lhs: Value,
+        rhs: Value,
+        group_sizes: Value,
+        lhs_contract: i64,
+        rhs_contract: i64,
+        lhs_ragged: i64,
+        rhs_group: Option<i64>,
+        out_elem: ElemType,
+    ) -> Value {
+        let (lt, rt, gt) = (self.ty(lhs).clone(), self.ty(rhs).clone(), self.ty(group_sizes).clone());
+        assert!(gt.rank() == 1, "chlo.ragged_dot: group sizes must be 1-d, got {gt}");
+        let groups = gt.dims[0];
+        let free = |t: &TensorType, used: &[i64]| -> Vec<i64> {
+            (0..t.rank() as i64).filter(|d| !used.contains(d)).map(|d| t.dims[d as usize]).collect()
+        };
+        let mut dims = Vec::new();
+        if rhs_group.is_none() {
+            dims.push(groups);
+        }
+        dims.extend(free(&lt, &[lhs_contract]));
+        let rhs_used: Vec<i64> = std::iter::once(rhs_contract).chain(rhs_group).collect();
+        dims.extend(free(&rt, &rhs_used));
+        let attrs = format!(
+            "precision_config = [#chlo<precision DEFAULT>, #chlo<precision DEFAULT>], \
+             ragged_dot_dimension_numbers = #chlo.ragged_dot<lhs_batching_dimensions = [], \
+             rhs_batching_dimensions = [], lhs_contracting_dimensions = [{lhs_contract}], \
+             rhs_contracting_dimensions = [{rhs_contract}], lhs_ragged_dimensions = [{lhs_ragged}], \
+             rhs_group_dimensions = {}>",
+            bracket(rhs_group.as_slice())
+        );
+        self.emit1("chlo.ragged_dot", &[lhs, rhs, group_sizes], &[], &attrs, TensorType::new(out_elem, &dims))
+    }
+
     /// Convolution (cross-correlation, like PyTorch). Empty `window_strides`,
     /// `padding`, `lhs_dilation`, `rhs_dilation` mean 1s / no padding.
     #[allow(clippy::too_many_arguments)]
