@@ -55,9 +55,20 @@ def child(kind, steps, batch, seq, tiny):
         times.append(time.perf_counter() - t0)
     steady = times[2:] or times[1:] or times
     tok_s = batch * seq / (sum(steady) / len(steady))
+    # One more step timed by phase (with a device sync after each), to see where time goes.
+    sync = torch.tpu.synchronize if kind == "tpu" else torch.cuda.synchronize
+    sync()
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    forward(input_ids=tokens, labels=tokens).loss.backward()
+    sync()
+    t1 = time.perf_counter()
+    opt.step()
+    sync()
+    t2 = time.perf_counter()
     name = torch.tpu.get_device_name() if kind == "tpu" else torch.cuda.get_device_name()
     print(json.dumps({"kind": kind, "tok_s": tok_s, "first_s": times[0], "params": params, "device": name,
-                      "loss": loss.item()}))
+                      "loss": loss.item(), "fwd_bwd_s": t1 - t0, "opt_s": t2 - t1}))
 
 
 def main():
@@ -92,12 +103,13 @@ def main():
         return
     base = next((r["tok_s"] for r in rows if r["kind"] == "inductor"), rows[0]["tok_s"])
     print(f"model: {rows[0]['params'] / 1e6:.0f}M params, bf16, AdamW, batch {a.batch} x {a.seq}")
-    print(f"{'run':<28}{'tok/s':>10}{'vs inductor':>13}{'MFU':>8}{'first step s':>14}{'loss':>9}")
+    print(f"{'run':<28}{'tok/s':>10}{'vs inductor':>13}{'MFU':>8}{'first step s':>14}{'loss':>9}{'fwd+bwd s':>11}{'opt s':>8}")
     for r in rows:
         peak = next((v for k, v in PEAK_BF16.items() if k in r["device"]), None)
         mfu = 6 * r["params"] * r["tok_s"] / peak if peak else float("nan")
         label = {"tpu": "torchtpu compiled (PJRT)", "cuda": "torch eager (CUDA)", "inductor": "torch.compile (inductor)"}[r["kind"]]
-        print(f"{label:<28}{r['tok_s']:>10.0f}{r['tok_s'] / base:>12.2f}x{mfu:>8.1%}{r['first_s']:>14.1f}{r['loss']:>9.3f}")
+        print(f"{label:<28}{r['tok_s']:>10.0f}{r['tok_s'] / base:>12.2f}x{mfu:>8.1%}{r['first_s']:>14.1f}{r['loss']:>9.3f}"
+              f"{r['fwd_bwd_s']:>11.3f}{r['opt_s']:>8.3f}")
 
 
 if __name__ == "__main__":

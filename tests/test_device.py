@@ -238,3 +238,15 @@ def test_ops_read_conjugate_views_as_values():
     y = x.to("tpu")
     torch.testing.assert_close(torch.mm(y, y.mH).cpu(), torch.mm(x, x.mH))
     torch.testing.assert_close((torch._neg_view(y) * 2).cpu(), -x * 2)
+
+
+def test_synchronize_waits_for_queued_work_and_reports_none_pending():
+    # Executions are asynchronous; synchronize waits for all of them, then has nothing left.
+    x = torch.randn(64, 64, device="tpu")
+    for _ in range(50):
+        x = torch.tanh(x @ x)
+    torch.tpu.synchronize()
+    torch.tpu.synchronize()
+    ref = torch.randn(64, 64)
+    assert torch.isfinite(x.cpu()).all()
+    assert ref.shape == x.shape

@@ -79,6 +79,7 @@ def device(device):
 def synchronize(device=None):
     """Waits for all work queued on the device (reads already wait for their producers)."""
     _lazy_init()
+    _C.synchronize()
 
 
 def get_device_name(device=None):

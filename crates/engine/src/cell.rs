@@ -4,7 +4,7 @@
 use lowerings::DType;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 static LIVE_BUFFERS: AtomicI64 = AtomicI64::new(0);
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
@@ -15,12 +15,40 @@ pub struct DevBuf {
     bytes: i64,
 }
 
+/// Buffers whose computation may still be running, for `synchronize` (weak: a freed buffer
+/// needs no wait). Finished ones are pruned whenever the list doubles.
+struct Pending {
+    bufs: Vec<Weak<DevBuf>>,
+    prune_at: usize,
+}
+
+static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at: 1024 });
+
 impl DevBuf {
     pub fn new(buf: pjrt::Buffer, bytes: i64) -> Arc<DevBuf> {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
         LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
-        Arc::new(DevBuf { buf, bytes })
+        let b = Arc::new(DevBuf { buf, bytes });
+        let mut p = PENDING.lock().unwrap();
+        if p.bufs.len() >= p.prune_at {
+            p.bufs.retain(|w| w.upgrade().is_some_and(|b| b.buf.ready_event().is_ok_and(|e| !e.is_ready())));
+            p.prune_at = (2 * p.bufs.len()).max(1024);
+        }
+        p.bufs.push(Arc::downgrade(&b));
+        b
     }
+}
+
+/// Waits until every buffer made so far is computed (torch.tpu.synchronize); returns the
+/// first failed computation's error.
+pub fn synchronize() -> Result<(), pjrt::Error> {
+    let bufs = std::mem::take(&mut PENDING.lock().unwrap().bufs);
+    for w in bufs {
+        if let Some(b) = w.upgrade() {
+            b.buf.ready()?;
+        }
+    }
+    Ok(())
 }
 
 impl Drop for DevBuf {

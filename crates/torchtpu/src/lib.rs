@@ -51,6 +51,12 @@ fn init() -> PyResult<()> {
     engine::runtime::runtime().map(|_| ()).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
+/// Waits for every queued computation (torch.tpu.synchronize).
+#[pyfunction]
+fn synchronize() -> PyResult<()> {
+    engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
+}
+
 #[pyfunction]
 fn device_count() -> i32 {
     engine::device_count()
@@ -96,6 +102,7 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("misses", s.misses)?;
     d.set_item("compile_seconds", s.compile_seconds)?;
     d.set_item("executions", s.executions)?;
+    d.set_item("evictions", s.evictions)?;
     use std::sync::atomic::Ordering::Relaxed;
     d.set_item("disk_hits", engine::disk_cache::DISK_HITS.load(Relaxed))?;
     d.set_item("disk_writes", engine::disk_cache::DISK_WRITES.load(Relaxed))?;
@@ -173,6 +180,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_rng, m)?)?;
     m.add_function(wrap_pyfunction!(live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(live_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
