@@ -537,6 +537,18 @@ def test_matrix_exp(dtype):
     check(lambda t: torch.linalg.matrix_exp(t.mT), rnd((4, 4), dtype), **tol)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matrix_exp_degrees(dtype):
+    """One matrix uses the Taylor degree its 1-norm calls for (PyTorch's thresholds); scaled
+    inputs land in each interval, and a NaN matrix gives NaN."""
+    tol = TOL[dtype]
+    a = rnd((5, 5), dtype)
+    a = a / torch.linalg.matrix_norm(a, 1)
+    for norm in (1e-8, 1e-4, 1e-2, 0.3, 1.0, 2.0, 3.5, 20.0):
+        check(torch.linalg.matrix_exp, a * norm, **tol)
+    check(torch.linalg.matrix_exp, torch.full((3, 3), float("nan"), dtype=dtype))
+
+
 @pytest.mark.parametrize("dtype", GRAD_DTYPES)
 def test_matrix_exp_grad(dtype):
     grad_check(torch.linalg.matrix_exp, rnd((2, 3, 3), dtype))

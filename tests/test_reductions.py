@@ -464,3 +464,127 @@ def test_gradients_selecting():
     grad_check(lambda t: t.max(), x)
     grad_check(lambda t: t.sort(1)[0], x)
     grad_check(lambda t: t.topk(2, -1)[0], x)
+
+
+# ---- hash_tensor -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.int8, torch.uint8, torch.bool])
+@pytest.mark.parametrize("shape", [(), (7,), (3, 5), (2, 3, 4), (0, 3)])
+def test_hash_tensor(dtype, shape):
+    x = make(shape, dtype)
+    for dim in dims_for(shape):
+        if dim is None:
+            if x.numel() == 0:
+                continue
+            check(torch.hash_tensor, x)
+            continue
+        dims = dim if isinstance(dim, tuple) else (dim,)
+        if any(shape and shape[d] == 0 for d in dims):
+            check_error(torch.hash_tensor, x, dim=dim)
+            continue
+        check(torch.hash_tensor, x, dim=dim)
+        check(torch.hash_tensor, x, dim=dim, keepdim=True)
+
+
+def test_hash_tensor_special_values_views_errors():
+    x = torch.tensor([1.5, -0.0, float("nan"), float("inf"), -float("inf"), 0.0])
+    check(torch.hash_tensor, x)
+    check(torch.hash_tensor, torch.tensor([-1, 2, -128], dtype=torch.int8))
+    y = make((4, 6))
+    check(lambda t: torch.hash_tensor(t.t(), dim=1), y)
+    check(lambda t: torch.hash_tensor(t[:, ::2], dim=0), y)
+    check_error(torch.hash_tensor, make((0, 3)))
+    check_error(torch.hash_tensor, make((3,)), mode=1)
+    check_error(torch.hash_tensor, make((3,), torch.complex64))
+    check_error(torch.hash_tensor, make((3, 2)), dim=[0, 0])
+    check_error(torch.hash_tensor, make((3,)), dim=2)
+    check_error(lambda t: torch.hash_tensor(t, out=torch.empty((), dtype=torch.int64, device=t.device)), make((3,)))
+
+
+# ---- segment_reduce ------------------------------------------------------------------------------
+
+REDUCES = ["sum", "mean", "max", "min", "prod", "amax", "amin"]
+
+
+def _segment(data, reduce, lengths=None, offsets=None, **kw):
+    return torch.segment_reduce(data, reduce, lengths=lengths, offsets=offsets, **kw)
+
+
+def _offsets(lengths, axis):
+    z = list(lengths.shape)
+    z[axis] = 1
+    return torch.cat((lengths.new_zeros(z), lengths), axis).cumsum(axis)
+
+
+CASES = [
+    # data shape, axis, lengths, unsafe
+    ((5,), 0, [0, 1, 2, 2], False),
+    ((5,), 0, [2, 0, 3, 0], True),
+    ((7, 3), 0, [3, 0, 4], False),
+    ((10, 2, 3), 0, [1, 2, 0, 6, 0], True),
+    ((4, 6), 1, [[1, 2, 3], [0, 6, 0], [2, 2, 2], [6, 0, 0]], False),
+    ((2, 5, 3), 1, [[2, 0, 3], [1, 1, 3]], False),
+    ((0,), 0, [0, 0], False),
+]
+
+
+@pytest.mark.parametrize("mode", ["lengths", "offsets"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES)
+def test_segment_reduce(mode, dtype, case):
+    shape, axis, lengths, unsafe = case
+    lengths = torch.tensor(lengths)
+    x = make(shape, dtype)
+    for reduce in REDUCES:
+        for initial in (None, -1.5):
+            kw = dict(axis=axis, unsafe=unsafe, initial=initial)
+            if mode == "lengths":
+                check(_segment, x, reduce, lengths, None, **kw)
+                check(_segment, x, reduce, lengths.int(), None, **kw)
+            else:
+                check(_segment, x, reduce, None, _offsets(lengths, axis), **kw)
+
+
+def test_segment_reduce_nan_ties_views():
+    x = torch.tensor([1.0, float("nan"), 3.0, 3.0, 0.5, -2.0, 0.0, 4.0])
+    lengths = torch.tensor([3, 2, 3])
+    for reduce in REDUCES:
+        check(_segment, x, reduce, lengths)
+        check(_segment, x.double(), reduce, lengths, initial=2)
+    y = make((6, 4))
+    check(lambda t: _segment(t.t(), "sum", lengths=torch.tensor([[2, 4]] * 4).to(t.device), axis=1), y)
+    check(lambda t: _segment(t[::2], "max", lengths=torch.tensor([1, 2]).to(t.device)), y)
+
+
+@pytest.mark.parametrize("mode", ["lengths", "offsets"])
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+def test_segment_reduce_grad(mode, reduce):
+    # Ties (max/min) and zeros (prod) exercise the kernel's special cases.
+    x = torch.tensor([[1.0, 3.0, 3.0, 0.0, 2.0, -1.0, 0.0, 0.0, 5.0],
+                      [2.0, 2.0, -2.0, 1.5, 0.0, 4.0, 4.0, 1.0, -3.0]])
+    lengths = torch.tensor([[3, 2, 0, 4], [2, 3, 1, 3]])
+    for initial in (None, 2.0):
+        kw = dict(axis=1, initial=initial)
+        if mode == "lengths":
+            fn = lambda t: _segment(t, reduce, lengths=lengths.to(t.device), **kw)  # noqa: E731
+        else:
+            fn = lambda t: _segment(t, reduce, offsets=_offsets(lengths, 1).to(t.device), **kw)  # noqa: E731
+        grad_check(fn, x, grad_out=torch.tensor([[1.0, -2.0, 0.5, 3.0], [-1.0, 2.5, 1.0, -0.5]]))
+        grad_check(fn, make((2, 9)))
+
+
+def test_segment_reduce_errors():
+    x = make((5,))
+    lengths = torch.tensor([2, 0, 3])
+    check_error(_segment, x, "foo", lengths)
+    check_error(_segment, x, "sum")
+    check_error(_segment, x, "sum", torch.tensor([2, -1, 4]))
+    check_error(_segment, x, "sum", torch.tensor([2, 1]))
+    check_error(_segment, x.long(), "sum", lengths)
+    check_error(_segment, x, "sum", lengths.float())
+    check_error(_segment, x, "sum", lengths, axis=1)
+    check_error(_segment, make((2, 5)), "sum", torch.tensor([2, 3]), axis=1)
+    check_error(_segment, make(()), "sum", torch.tensor([1]))
+    check_error(lambda t, l: torch.segment_reduce(t, "sum", lengths=l, indices=l), x, lengths)

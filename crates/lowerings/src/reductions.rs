@@ -9,7 +9,7 @@ use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{promote, result_type, DType};
 use crate::error::Result;
 use crate::{bail, check, one, Out, Registry};
-use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
+use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
 pub fn register(r: &mut Registry) {
     r.add("sum", sum);
@@ -35,6 +35,10 @@ pub fn register(r: &mut Registry) {
     r.add("sort", sort);
     r.add("argsort", argsort);
     r.add("topk", topk);
+    r.add("hash_tensor", hash_tensor);
+    // The size program validates lengths (negative, wrong sums) unless `unsafe`.
+    r.add_sized("segment_reduce", segment_reduce_check, segment_reduce);
+    r.add("_segment_reduce_backward", segment_reduce_backward);
 }
 
 // ---- shared helpers ---------------------------------------------------------------------------
@@ -839,4 +843,437 @@ fn topk(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let v = cx.slice(v, &start, &limit, &strides);
     let i = cx.slice(i, &start, &limit, &strides);
     Ok(vec![Out::Tensor(v), Out::Tensor(i)])
+}
+
+// ---- hash_tensor -------------------------------------------------------------------------------------
+
+/// hash_tensor(self, dim=[], keepdim, mode=0): mode 0 is the xor of the elements' bit patterns as
+/// uint64, floats widened to double first and integers sign-extended (PyTorch's xor_sum kernel).
+/// The result is uint64; an empty reduction gives 0.
+fn hash_tensor(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let mode = args.int_or("mode", 0)?;
+    if let Some(o) = args.opt_tensor("out")? {
+        check!(o.dtype == DType::U64, Runtime, "Expected result to be of dtype uint64, but got {}", o.dtype.torch_name());
+    }
+    use DType::*;
+    check!(
+        matches!(x.dtype, U8 | I8 | I16 | I32 | I64 | F16 | BF16 | F32 | F64 | Bool),
+        NotImplemented,
+        "\"xor_sum_cpu\" not implemented for '{}'",
+        x.dtype.torch_name()
+    );
+    let in_dims = cx.dims(x.v);
+    let dim_arg = args.opt_ints("dim")?;
+    let dims = reduce_dims(dim_arg.clone(), in_dims.len(), false)?;
+    zero_numel_check(cx, &x, dim_arg.as_deref(), "hash_tensor")?;
+    let keepdim = args.bool_or("keepdim", false)?;
+    check!(mode == 0, Runtime, "Unknown hash_tensor mode: {}", mode);
+    let bits = if x.dtype.is_float() {
+        let d = cx.convert(x.v, ElemType::F64);
+        cx.bitcast_convert(d, ElemType::U64)
+    } else if x.dtype == Bool || x.dtype.is_unsigned() {
+        cx.convert(x.v, ElemType::U64)
+    } else {
+        let w = cx.convert(x.v, ElemType::I64);
+        cx.bitcast_convert(w, ElemType::U64)
+    };
+    let r = if dims.is_empty() {
+        bits
+    } else {
+        let zero = cx.constant_i64(0, ElemType::U64);
+        cx.reduce(&[bits], &[zero], &dims, |b, a| vec![b.xor(a[0], a[1])])[0]
+    };
+    one(keep(cx, r, &in_dims, &dims, keepdim))
+}
+
+// ---- segment_reduce ----------------------------------------------------------------------------------
+
+/// The reduction of segment_reduce (PyTorch's get_reduction_enum).
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum SegRed {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+fn seg_reduction(args: &Args) -> Result<SegRed> {
+    let r = args.str("reduce")?.unwrap_or("");
+    Ok(match r {
+        "sum" => SegRed::Sum,
+        "mean" => SegRed::Mean,
+        "max" | "amax" => SegRed::Max,
+        "min" | "amin" => SegRed::Min,
+        "prod" => SegRed::Prod,
+        _ => bail!(Runtime, "reduce argument must be either sum, prod, mean, amax or amin, got {}", r),
+    })
+}
+
+/// A segment_reduce call viewed as data [O, N, I] (N along `axis`) and per-row segment bounds
+/// starts/ends [O, S] (int64) from lengths or offsets.
+struct Segments {
+    out_dims: Vec<i64>,
+    o: i64,
+    n: i64,
+    i: i64,
+    s: i64,
+    starts: Value,
+    ends: Value,
+}
+
+/// Checks the arguments like segment_reduce_kernel and reads the segment bounds.
+fn segments(cx: &mut Cx, args: &Args, data: &Tensor, forward: bool) -> Result<Segments> {
+    let dd = cx.dims(data.v);
+    let axis = wrap_dim(args.int_or("axis", 0)?, dd.len())?;
+    if forward {
+        check!(!args.has("indices"), Runtime, "segment_reduce(): indices based reduction is not supported yet.");
+    }
+    let lengths = args.opt_tensor("lengths")?;
+    let offsets = args.opt_tensor("offsets")?;
+    check!(lengths.is_some() || offsets.is_some(), Runtime, "segment_reduce(): Either lengths or offsets must be defined.");
+    seg_reduction(args)?;
+    let (t, name) = match offsets {
+        Some(o) => (o, "offsets"),
+        None => (lengths.unwrap(), "lengths"),
+    };
+    let ld = cx.dims(t.v);
+    check!(
+        dd.len() >= ld.len(),
+        Runtime,
+        "Expected data.dim() >= {}_value.dim() to be true, but got false.",
+        name
+    );
+    check!(
+        !ld.is_empty() && axis == ld.len() - 1,
+        Runtime,
+        "segment_reduce(): Expected axis to be the last dimension of {} but got {}.",
+        name,
+        axis
+    );
+    check!(
+        ld[..axis] == dd[..axis],
+        Runtime,
+        "segment_reduce(): Expected the leading dims of {} {:?} to match those of data {:?}",
+        name,
+        &ld[..axis],
+        &dd[..axis]
+    );
+    check!(
+        matches!(t.dtype, DType::I32 | DType::I64),
+        NotImplemented,
+        "\"_segment_reduce_{}_cpu_kernel1\" not implemented for '{}'",
+        name,
+        t.dtype.torch_name()
+    );
+    check!(
+        matches!(data.dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16),
+        NotImplemented,
+        "\"_segment_reduce_cpu\" not implemented for '{}'",
+        data.dtype.torch_name()
+    );
+    let o: i64 = dd[..axis].iter().product();
+    let n = dd[axis];
+    let i: i64 = dd[axis + 1..].iter().product();
+    let last = ld[axis];
+    let s = if offsets.is_some() { (last - 1).max(0) } else { last };
+    let v = cx.convert(t.v, ElemType::I64);
+    let v = cx.reshape(v, &[o, last]);
+    let (starts, ends) = if offsets.is_some() {
+        check!(last >= 1, Runtime, "segment_reduce(): offsets must have at least one element along axis");
+        let st = cx.slice(v, &[0, 0], &[o, last - 1], &[1, 1]);
+        let en = cx.slice(v, &[0, 1], &[o, last], &[1, 1]);
+        (st, en)
+    } else {
+        let en = scan(cx, v, 1, Red::Sum);
+        let st = cx.sub(en, v);
+        (st, en)
+    };
+    let mut out_dims = dd.clone();
+    out_dims[axis] = s;
+    Ok(Segments { out_dims, o, n, i, s, starts, ends })
+}
+
+/// For each position k < N of each row: its segment (the number of segment ends at or before
+/// k), or S (a spare slot) when it lies before the first start or after the last end. [O, N].
+fn segment_ids(cx: &mut Cx, sg: &Segments) -> Value {
+    let (o, n, s) = (sg.o, sg.n, sg.s);
+    if s == 0 || n == 0 {
+        return cx.full(s as f64, DType::I64, &[o, n]);
+    }
+    let zero = cx.full(0.0, DType::I64, &[o, s]);
+    let top = cx.full(n as f64, DType::I64, &[o, s]);
+    let ends = cx.clamp(zero, sg.ends, top);
+    let rows = cx.iota(&TensorType::new(ElemType::I64, &[o, s]), 0);
+    let rows = cx.reshape(rows, &[o, s, 1]);
+    let ends3 = cx.reshape(ends, &[o, s, 1]);
+    let idx = cx.concatenate(&[rows, ends3], 2);
+    let marks = cx.full(0.0, DType::I64, &[o, n + 1]);
+    let ones = cx.full(1.0, DType::I64, &[o, s]);
+    let dn = ScatterDims {
+        inserted_window_dims: vec![0, 1],
+        scatter_dims_to_operand_dims: vec![0, 1],
+        index_vector_dim: 2,
+        ..Default::default()
+    };
+    let marks = cx.scatter(marks, idx, ones, &dn, |b, x, y| b.add(x, y));
+    let marks = cx.slice(marks, &[0, 0], &[o, n], &[1, 1]);
+    let seg = scan(cx, marks, 1, Red::Sum);
+    // Before the first start: no segment.
+    let first = cx.slice(sg.starts, &[0, 0], &[o, 1], &[1, 1]);
+    let first = cx.reshape(first, &[o]);
+    let first = cx.broadcast_in_dim(first, &[o, n], &[0]);
+    let k = cx.iota(&TensorType::new(ElemType::I64, &[o, n]), 1);
+    let before = cx.compare(CmpDir::Lt, k, first);
+    let spare = cx.full(s as f64, DType::I64, &[o, n]);
+    let seg = cx.select(before, spare, seg);
+    cx.min(seg, spare)
+}
+
+/// (row, segment) index pairs [O, N, 2] for scatters and gathers over [O, S + 1, I].
+fn segment_index(cx: &mut Cx, seg: Value, o: i64, n: i64) -> Value {
+    let rows = cx.iota(&TensorType::new(ElemType::I64, &[o, n, 1]), 0);
+    let seg = cx.reshape(seg, &[o, n, 1]);
+    cx.concatenate(&[rows, seg], 2)
+}
+
+/// NaN-propagating max/min (PyTorch's `isnan(v) ? v : max(acc, v)` keeps an earlier NaN too).
+fn nan_extreme(b: &mut Builder, x: Value, y: Value, is_max: bool) -> Value {
+    let m = if is_max { b.max(x, y) } else { b.min(x, y) };
+    let y_nan = b.compare(CmpDir::Ne, y, y);
+    let m = b.select(y_nan, y, m);
+    let x_nan = b.compare(CmpDir::Ne, x, x);
+    b.select(x_nan, x, m)
+}
+
+/// Per-segment sums (or other combinations) of `vals` [O, N, I] into [O, S, I] starting from
+/// `init` [O, S + 1, I].
+fn segment_scatter(cx: &mut Cx, init: Value, idx: Value, vals: Value, red: SegRed) -> Value {
+    let dn = ScatterDims {
+        update_window_dims: vec![2],
+        inserted_window_dims: vec![0, 1],
+        scatter_dims_to_operand_dims: vec![0, 1],
+        index_vector_dim: 2,
+        ..Default::default()
+    };
+    let d = cx.dims(init);
+    let r = cx.scatter(init, idx, vals, &dn, move |b, x, y| match red {
+        SegRed::Sum | SegRed::Mean => b.add(x, y),
+        SegRed::Prod => b.mul(x, y),
+        SegRed::Max => nan_extreme(b, x, y, true),
+        SegRed::Min => nan_extreme(b, x, y, false),
+    });
+    cx.slice(r, &[0, 0, 0], &[d[0], d[1] - 1, d[2]], &[1, 1, 1])
+}
+
+/// The value per (row, segment, inner) of `v` [O, S, I] at each element [O, N, I] (0 outside
+/// every segment).
+fn segment_gather(cx: &mut Cx, v: Value, idx: Value) -> Value {
+    let d = cx.dims(v);
+    let e = cx.elem(v);
+    let zero = cx.constant_f64(0.0, e);
+    let padded = cx.pad(v, zero, &[0, 0, 0], &[0, 1, 0], &[0, 0, 0]);
+    let dn = GatherDims {
+        offset_dims: vec![2],
+        collapsed_slice_dims: vec![0, 1],
+        start_index_map: vec![0, 1],
+        index_vector_dim: 2,
+        ..Default::default()
+    };
+    cx.gather(padded, idx, &dn, &[1, 1, d[2]], false)
+}
+
+/// The segment lengths [O, S] as `dtype` (PyTorch divides by the length converted to scalar_t).
+fn segment_lengths(cx: &mut Cx, sg: &Segments, dtype: DType) -> Value {
+    let l = cx.sub(sg.ends, sg.starts);
+    cx.convert(l, dtype.elem())
+}
+
+/// The size program of segment_reduce: 0, or 1 for a negative length, or 2 for rows of lengths
+/// that do not sum to data.size(axis) (checked unless `unsafe` or for offsets).
+fn segment_reduce_check(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let data = args.tensor("data")?;
+    let unsafe_ = args.bool_or("unsafe", false)?;
+    let lengths = args.opt_tensor("lengths")?;
+    let z = cx.constant_i64(0, ElemType::I64);
+    if lengths.is_none() || unsafe_ || args.has("offsets") {
+        return one(z);
+    }
+    let sg = segments(cx, args, &data, true)?;
+    let lv = cx.sub(sg.ends, sg.starts);
+    let dims = cx.dims(lv);
+    let zeros = cx.full(0.0, DType::I64, &dims);
+    let neg = cx.compare(CmpDir::Lt, lv, zeros);
+    let f = cx.constant_bool(false);
+    let any_neg = cx.reduce(&[neg], &[f], &[0, 1], |b, a| vec![b.or(a[0], a[1])])[0];
+    let total = reduce(cx, lv, &[1], Red::Sum);
+    let n = cx.full(sg.n as f64, DType::I64, &[sg.o]);
+    let bad = cx.compare(CmpDir::Ne, total, n);
+    let f = cx.constant_bool(false);
+    let any_bad = cx.reduce(&[bad], &[f], &[0], |b, a| vec![b.or(a[0], a[1])])[0];
+    let one_ = cx.constant_i64(1, ElemType::I64);
+    let two = cx.constant_i64(2, ElemType::I64);
+    let c = cx.select(any_bad, two, z);
+    one(cx.select(any_neg, one_, c))
+}
+
+/// segment_reduce(data, reduce, lengths, indices, offsets, axis, unsafe, initial): reduces each
+/// segment of `data` along `axis` (segments given by lengths, or by offsets [.., S + 1]) with
+/// sum, mean, max, min (NaN propagating) or prod, starting from `initial` (or the identity;
+/// an empty mean without initial is NaN). Segments of each row are independent.
+fn segment_reduce(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let data = args.tensor("data")?;
+    let red = seg_reduction(args)?;
+    let sg = segments(cx, args, &data, true)?;
+    match args.int("__size")? {
+        0 => {}
+        1 => bail!(Runtime, "lengths contains negative value!"),
+        _ => bail!(
+            Runtime,
+            "segment_reduce(): Expected all rows of lengths along axis to sum to data.size(lengths.dim()-1) when !unsafe."
+        ),
+    }
+    let dt = data.dtype;
+    let (o, n, i, s) = (sg.o, sg.n, sg.i, sg.s);
+    let initial = args.opt_scalar("initial")?;
+    let init = match initial {
+        Some(v) => cx.scalar_like(v, dt, &[o, s + 1, i]),
+        None => {
+            let x = match red {
+                SegRed::Sum | SegRed::Mean => 0.0,
+                SegRed::Prod => 1.0,
+                SegRed::Max => f64::NEG_INFINITY,
+                SegRed::Min => f64::INFINITY,
+            };
+            cx.full(x, dt, &[o, s + 1, i])
+        }
+    };
+    let out = if n == 0 || o == 0 || i == 0 {
+        cx.slice(init, &[0, 0, 0], &[o, s, i], &[1, 1, 1])
+    } else {
+        let seg = segment_ids(cx, &sg);
+        let idx = segment_index(cx, seg, o, n);
+        let vals = cx.reshape(data.v, &[o, n, i]);
+        segment_scatter(cx, init, idx, vals, red)
+    };
+    let out = if red == SegRed::Mean {
+        let len = segment_lengths(cx, &sg, dt);
+        let len = cx.broadcast_in_dim(len, &[o, s, i], &[0, 1]);
+        let q = cx.div(out, len);
+        let z = cx.full(0.0, dt, &[o, s, i]);
+        let nonempty = cx.compare(CmpDir::Gt, len, z);
+        let not_nan = cx.compare(CmpDir::Eq, out, out);
+        let divide = cx.and(nonempty, not_nan);
+        let r = cx.select(divide, q, out);
+        if initial.is_none() {
+            let nan = cx.full(f64::NAN, dt, &[o, s, i]);
+            cx.select(nonempty, r, nan)
+        } else {
+            r
+        }
+    } else {
+        out
+    };
+    one(cx.reshape(out, &sg.out_dims))
+}
+
+/// _segment_reduce_backward(grad, output, data, reduce, lengths, offsets, axis, initial): the
+/// CPU kernel's gradient: sum copies grad, mean divides it by the length, max/min give it to
+/// every element equal to the result (or NaN), positive shares split evenly when several tie,
+/// prod gives grad * output / x, or grad times the product of the others (and initial) for
+/// zeros and NaNs.
+fn segment_reduce_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let grad = args.tensor("grad")?;
+    let output = args.tensor("output")?;
+    let data = args.tensor("data")?;
+    let red = seg_reduction(args)?;
+    let sg = segments(cx, args, &data, false)?;
+    let dt = grad.dtype;
+    let (o, n, i, s) = (sg.o, sg.n, sg.i, sg.s);
+    let dd = cx.dims(data.v);
+    if o == 0 || n == 0 || i == 0 || s == 0 {
+        return one(cx.full(0.0, dt, &dd));
+    }
+    let d3 = [o, n, i];
+    let seg = segment_ids(cx, &sg);
+    let idx = segment_index(cx, seg, o, n);
+    let g = cx.reshape(grad.v, &[o, s, i]);
+    let g = cx.cast(g, dt);
+    let x = cx.reshape(data.v, &d3);
+    let x = cx.cast(x, dt);
+    let ge = segment_gather(cx, g, idx);
+    let zero = cx.full(0.0, dt, &d3);
+    let r = match red {
+        SegRed::Sum => ge,
+        SegRed::Mean => {
+            let len = segment_lengths(cx, &sg, dt);
+            let len = cx.broadcast_in_dim(len, &[o, s, i], &[0, 1]);
+            let le = segment_gather(cx, len, idx);
+            cx.div(ge, le)
+        }
+        SegRed::Max | SegRed::Min => {
+            let out = cx.reshape(output.v, &[o, s, i]);
+            let out = cx.cast(out, dt);
+            let oe = segment_gather(cx, out, idx);
+            let nan = cx.compare(CmpDir::Ne, x, x);
+            let eq = cx.compare(CmpDir::Eq, x, oe);
+            let hit = cx.or(nan, eq);
+            let hits = cx.convert(hit, dt.elem());
+            let zinit = cx.full(0.0, dt, &[o, s + 1, i]);
+            let count = segment_scatter(cx, zinit, idx, hits, SegRed::Sum);
+            let ce = segment_gather(cx, count, idx);
+            let gh = cx.select(hit, ge, zero);
+            let q = cx.div(gh, ce);
+            let two = cx.full(2.0, dt, &d3);
+            let tied = cx.compare(CmpDir::Ge, ce, two);
+            let pos = cx.compare(CmpDir::Gt, gh, zero);
+            let split = cx.and(tied, pos);
+            cx.select(split, q, gh)
+        }
+        SegRed::Prod => {
+            let out = cx.reshape(output.v, &[o, s, i]);
+            let out = cx.cast(out, dt);
+            let oe = segment_gather(cx, out, idx);
+            let gv = cx.mul(ge, oe);
+            let regular = cx.div(gv, x);
+            let nan = cx.compare(CmpDir::Ne, x, x);
+            let is_zero = cx.compare(CmpDir::Eq, x, zero);
+            let special = cx.or(nan, is_zero);
+            // Product of the regular elements, and counts of zeros and NaNs, per segment.
+            let ones = cx.full(1.0, dt, &d3);
+            let reg_vals = cx.select(special, ones, x);
+            let oinit = cx.full(1.0, dt, &[o, s + 1, i]);
+            let p = segment_scatter(cx, oinit, idx, reg_vals, SegRed::Prod);
+            let zinit = cx.full(0.0, dt, &[o, s + 1, i]);
+            let nz = cx.convert(is_zero, dt.elem());
+            let nn = cx.convert(nan, dt.elem());
+            let zeros_c = segment_scatter(cx, zinit, idx, nz, SegRed::Sum);
+            let nans_c = segment_scatter(cx, zinit, idx, nn, SegRed::Sum);
+            let pe = segment_gather(cx, p, idx);
+            let ze = segment_gather(cx, zeros_c, idx);
+            let ne = segment_gather(cx, nans_c, idx);
+            let other_zeros = cx.sub(ze, nz);
+            let other_nans = cx.sub(ne, nn);
+            let init = match args.opt_scalar("initial")? {
+                Some(v) => cx.scalar_like(v, dt, &d3),
+                None => cx.full(1.0, dt, &d3),
+            };
+            let ex = cx.mul(init, pe);
+            let has_zero = cx.compare(CmpDir::Gt, other_zeros, zero);
+            let ex0 = cx.mul(ex, zero);
+            let ex = cx.select(has_zero, ex0, ex);
+            let has_nan = cx.compare(CmpDir::Gt, other_nans, zero);
+            let nanv = cx.full(f64::NAN, dt, &d3);
+            let ex = cx.select(has_nan, nanv, ex);
+            let sp = cx.mul(ge, ex);
+            cx.select(special, sp, regular)
+        }
+    };
+    // Elements outside every segment get no gradient.
+    let spare = cx.full(s as f64, DType::I64, &[o, n]);
+    let inside = cx.compare(CmpDir::Lt, seg, spare);
+    let inside = cx.broadcast_in_dim(inside, &d3, &[0, 1]);
+    let r = cx.select(inside, r, zero);
+    one(cx.reshape(r, &dd))
 }
