@@ -118,8 +118,10 @@ impl Builder {
         dims.extend(free(&lt, &[lhs_contract]));
         let rhs_used: Vec<i64> = std::iter::once(rhs_contract).chain(rhs_group).collect();
         dims.extend(free(&rt, &rhs_used));
+        // Same precision as dot_general's (GPUs take f32 products as TF32 by default).
+        let precision = self.precision.map_or("DEFAULT", |p| p.mlir_name());
         let attrs = format!(
-            "precision_config = [#chlo<precision DEFAULT>, #chlo<precision DEFAULT>], \
+            "precision_config = [#chlo<precision {precision}>, #chlo<precision {precision}>], \
              ragged_dot_dimension_numbers = #chlo.ragged_dot<lhs_batching_dimensions = [], \
              rhs_batching_dimensions = [], lhs_contracting_dimensions = [{lhs_contract}], \
              rhs_contracting_dimensions = [{rhs_contract}], lhs_ragged_dimensions = [{lhs_ragged}], \
