@@ -25,7 +25,7 @@ RANDOM_OPS = ("bernoulli", "multinomial", "normal", "rand", "randn", "randint", 
               "nn.functional.dropout", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
               "nn.functional.dropout2d", "nn.functional.dropout3d", "cauchy", "exponential", "geometric",
               "log_normal", "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided",
-              "empty_permuted")
+              "empty_permuted", "rand_like", "randn_like", "randint_like", "nn.functional.rrelu")
 
 
 def _op_id(op):
