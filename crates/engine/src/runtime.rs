@@ -52,8 +52,14 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let identity = format!("{}|{}.{}|{}|{}", fingerprint, maj, min, client.platform_name(), client.platform_version());
     // XLA:CPU cannot compile chlo.ragged_dot (grouped matmuls); the GPU and TPU compilers can.
     lowerings::set_ragged_dot(client.platform_name() != "cpu");
-    // Portable executables run on any device of the client: one compiled op serves all devices.
-    Ok(Runtime { client, devices, compile_options: pjrt::portable_compile_options_proto(), identity, cache_dir })
+    // With several devices, portable executables let one compiled op serve all of them; with
+    // one, executables compiled for it take the plugin's usual (non-portable) execute path.
+    let compile_options = if devices.len() == 1 {
+        pjrt::compile_options_proto(1, 1)
+    } else {
+        pjrt::portable_compile_options_proto()
+    };
+    Ok(Runtime { client, devices, compile_options, identity, cache_dir })
 }
 
 impl Runtime {
