@@ -16,6 +16,7 @@
 //! Every op computes 16-bit floats in float32 and rounds once, like PyTorch's CPU kernels.
 //! Checks that need tensor data (class indices out of range, lengths of the Tensor overload of
 //! _ctc_loss) are not made: PyTorch raises for them on CPU.
+use crate::nn::{is_16bit, reduction, round_to, Reduction};
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
@@ -83,37 +84,6 @@ fn scalar_value(s: Scalar) -> f64 {
         Scalar::Bool(b) => b as i64 as f64,
         Scalar::Float(f) => f.value,
     }
-}
-
-fn is_16bit(d: DType) -> bool {
-    matches!(d, DType::F16 | DType::BF16)
-}
-
-/// Rounds a float32 intermediate to the 16-bit dtype `dt` and back (no-op for other dtypes).
-fn round_to(cx: &mut Cx, v: Value, dt: DType) -> Value {
-    if !is_16bit(dt) {
-        return v;
-    }
-    let acc = cx.dtype(v);
-    let r = cx.cast(v, dt);
-    cx.cast(r, acc)
-}
-
-/// Loss reductions as at::Reduction numbers them.
-#[derive(Copy, Clone, PartialEq, Eq)]
-enum Reduction {
-    None,
-    Mean,
-    Sum,
-}
-
-fn reduction(args: &Args) -> Result<Reduction> {
-    Ok(match args.int_or("reduction", 1)? {
-        0 => Reduction::None,
-        1 => Reduction::Mean,
-        2 => Reduction::Sum,
-        r => bail!(Value, "{} is not a valid value for reduction", r),
-    })
 }
 
 /// `v[idx]` for a 1-d `v` and integer indices of any shape (clamped into range).

@@ -67,13 +67,13 @@ fn constant(cx: &mut Cx, x: f64, like: Value) -> Value {
 
 /// Loss reductions as at::Reduction numbers them.
 #[derive(Copy, Clone, PartialEq, Eq)]
-enum Reduction {
+pub(crate) enum Reduction {
     None,
     Mean,
     Sum,
 }
 
-fn reduction(args: &Args) -> Result<Reduction> {
+pub(crate) fn reduction(args: &Args) -> Result<Reduction> {
     Ok(match args.int_or("reduction", 1)? {
         0 => Reduction::None,
         1 => Reduction::Mean,
@@ -102,7 +102,7 @@ fn scalar_float(args: &Args, name: &str, dt: DType, cx: &mut Cx) -> Result<Value
     Ok(cx.scalar(s, dt))
 }
 
-fn is_16bit(d: DType) -> bool {
+pub(crate) fn is_16bit(d: DType) -> bool {
     matches!(d, DType::F16 | DType::BF16)
 }
 
@@ -881,7 +881,7 @@ fn bce_operands(cx: &mut Cx, args: &Args) -> Result<(Tensor, Vec<Value>, Option<
 
 /// Rounds a float32 intermediate to a 16-bit dtype and back: PyTorch's CPU loss kernels do
 /// their elementwise arithmetic in the input dtype, rounding after every operation.
-fn round_to(cx: &mut Cx, v: Value, dt: DType) -> Value {
+pub(crate) fn round_to(cx: &mut Cx, v: Value, dt: DType) -> Value {
     if !is_16bit(dt) {
         return v;
     }
