@@ -2161,6 +2161,7 @@ fn lin_comb(b: &mut Builder, ms: &[Value], cs: &[f64]) -> Value {
 
 /// The Taylor approximations of exp(A) PyTorch's mexp uses (Bader, Blanes, Casas 2019): degree
 /// 1, 2, 4, 8, 12 or 18, each evaluated with PyTorch's sequence of products and combinations.
+#[allow(clippy::excessive_precision)]
 fn mexp_taylor(b: &mut Builder, a: Value, degree: u32) -> Value {
     let d = b.dims(a).to_vec();
     let (bs, n) = (d[0], d[1]);
@@ -2262,6 +2263,7 @@ fn mexp_taylor(b: &mut Builder, a: Value, degree: u32) -> Value {
 /// calls for (1, 2, 4, 8, 12 up to the thresholds, else 18); batches always use degree 18. Degree
 /// 18 runs on A / 2^s with s = max(0, ceil(log2(||A||_1 / theta_18))), then squares s times.
 /// 16-bit floats are computed in float32 (PyTorch's kernels misread their coefficients there).
+#[allow(clippy::excessive_precision)]
 fn linalg_matrix_exp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = args.tensor("self")?;
     let api = "linalg.matrix_exp";
