@@ -588,3 +588,15 @@ def test_segment_reduce_errors():
     check_error(_segment, make((2, 5)), "sum", torch.tensor([2, 3]), axis=1)
     check_error(_segment, make(()), "sum", torch.tensor([1]))
     check_error(lambda t, l: torch.segment_reduce(t, "sum", lengths=l, indices=l), x, lengths)
+
+
+def test_hash_segment_reduce_compiled():
+    def f(x, lengths):
+        return (torch.hash_tensor(x, dim=0),
+                torch.segment_reduce(x, "mean", lengths=lengths, unsafe=True),
+                torch.segment_reduce(x, "max", lengths=lengths, axis=0, initial=0.5))
+    x = make((5, 3))
+    lengths = torch.tensor([2, 0, 3])
+    got = torch.compile(f, backend="tpu")(x.to(TPU), lengths.to(TPU))
+    for a, e in zip(got, f(x, lengths)):
+        torch.testing.assert_close(a.cpu(), e, equal_nan=True)

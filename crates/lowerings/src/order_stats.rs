@@ -1061,6 +1061,7 @@ fn histogram_check(cx: &mut Cx, args: &Args, one_d: bool) -> Result<Vec<Out>> {
     one(cx.select(none, z, first))
 }
 
+/// The size program's verdict (absent in compiled graphs, which do not check).
 fn range_error(code: i64, n: i64) -> Result<()> {
     if code == 0 {
         return Ok(());
@@ -1105,7 +1106,7 @@ fn histogram(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let range = float_list(args, "range")?;
     check!(bins > 0, Runtime, "torch.histogram(): bins must be > 0, but got {} for dimension 0", bins);
     hist_dtype_check(&x)?;
-    range_error(args.int("__size")?, 1)?;
+    range_error(args.int_or("__size", 0)?, 1)?;
     let edges = linear_edges(cx, pts, m, 1, &[bins], &range, dt)?;
     let weight = hist_weight(cx, args, &x, m, true)?;
     let h = histogramdd_core(cx, pts, m, &edges, weight, args.bool_or("density", false)?, true);
@@ -1119,7 +1120,7 @@ fn histogramdd_bin_edges(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let range = float_list(args, "range")?;
     let bins = hist_bin_cts(args, n)?;
     hist_dtype_check(&x)?;
-    range_error(args.int("__size")?, n)?;
+    range_error(args.int_or("__size", 0)?, n)?;
     let edges = linear_edges(cx, pts, m, n, &bins, &range, x.dtype)?;
     Ok(vec![Out::List(edges)])
 }
@@ -1131,7 +1132,7 @@ fn histogramdd_from_bin_cts(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let range = float_list(args, "range")?;
     let bins = hist_bin_cts(args, n)?;
     hist_dtype_check(&x)?;
-    range_error(args.int("__size")?, n)?;
+    range_error(args.int_or("__size", 0)?, n)?;
     let edges = linear_edges(cx, pts, m, n, &bins, &range, x.dtype)?;
     let weight = hist_weight(cx, args, &x, m, false)?;
     one(histogramdd_core(cx, pts, m, &edges, weight, args.bool_or("density", false)?, true))

@@ -1126,7 +1126,8 @@ fn segment_reduce(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let data = args.tensor("data")?;
     let red = seg_reduction(args)?;
     let sg = segments(cx, args, &data, true)?;
-    match args.int("__size")? {
+    // Compiled graphs run without the size program: no data-dependent check there.
+    match args.int_or("__size", 0)? {
         0 => {}
         1 => bail!(Runtime, "lengths contains negative value!"),
         _ => bail!(
