@@ -268,7 +268,35 @@ OPTIMIZERS = {
     "adam_wd_amsgrad": lambda **kw: (lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1, amsgrad=True, **kw)),
     "adamw": lambda **kw: (lambda ps: torch.optim.AdamW(ps, lr=0.01, **kw)),
     "adamw_amsgrad_maximize": lambda **kw: (lambda ps: torch.optim.AdamW(ps, lr=0.01, amsgrad=True, maximize=True, **kw)),
+    "adagrad": lambda **kw: (lambda ps: torch.optim.Adagrad(ps, lr=0.05, **kw)),
+    "adagrad_decay_wd_maximize": lambda **kw: (lambda ps: torch.optim.Adagrad(ps, lr=0.05, lr_decay=0.1, weight_decay=0.01,
+                                                                             maximize=True, **kw)),
 }
+
+# Optimizers PyTorch offers as foreach and for-loop implementations only.
+UNFUSED_OPTIMIZERS = {
+    "rmsprop": lambda **kw: (lambda ps: torch.optim.RMSprop(ps, lr=0.01, **kw)),
+    "rmsprop_centered_momentum": lambda **kw: (lambda ps: torch.optim.RMSprop(ps, lr=0.01, momentum=0.9, centered=True,
+                                                                             weight_decay=0.01, **kw)),
+    "adafactor": lambda **kw: (lambda ps: torch.optim.Adafactor(ps, lr=0.01, **kw)),
+    "adamax": lambda **kw: (lambda ps: torch.optim.Adamax(ps, lr=0.01, **kw)),
+    "nadam": lambda **kw: (lambda ps: torch.optim.NAdam(ps, lr=0.01, **kw)),
+    "radam": lambda **kw: (lambda ps: torch.optim.RAdam(ps, lr=0.01, **kw)),
+    "adadelta": lambda **kw: (lambda ps: torch.optim.Adadelta(ps, lr=0.5, **kw)),
+    "asgd": lambda **kw: (lambda ps: torch.optim.ASGD(ps, lr=0.01, **kw)),
+    "rprop": lambda **kw: (lambda ps: torch.optim.Rprop(ps, lr=0.01, **kw)),
+}
+
+
+@pytest.mark.parametrize("impl", ["foreach", "for_loop"])
+@pytest.mark.parametrize("name", sorted(UNFUSED_OPTIMIZERS))
+def test_unfused_optimizer_matches_cpu(name, impl):
+    make_opt = UNFUSED_OPTIMIZERS[name](foreach=impl == "foreach")
+    lc, pc = train(make_opt, "cpu")
+    lt, pt = train(make_opt, TPU)
+    torch.testing.assert_close(torch.tensor(lt), torch.tensor(lc), atol=1e-5, rtol=1e-5)
+    for c, t in zip(pc, pt):
+        torch.testing.assert_close(t, c, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("impl", ["foreach", "for_loop", "fused"])

@@ -20,6 +20,7 @@ pub fn register(r: &mut Registry) {
     r.add("_fused_adam", fused_adam);
     r.add("_fused_adamw", fused_adam);
     r.add("_fused_sgd", fused_sgd);
+    r.add("_fused_adagrad", fused_adagrad);
 }
 
 // ---- lerp, addcmul, addcdiv -----------------------------------------------------------------
@@ -467,6 +468,73 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 /// _fused_sgd_: SGD with momentum / nesterov / weight decay as PyTorch's fused kernels do it.
 /// An empty momentum_buffer_list means momentum == 0.
+/// _fused_adagrad_: PyTorch's fused Adagrad step (state_steps already incremented), in f32
+/// for 16-bit tensors: sum += g^2; param -= lr / (1 + (step - 1) * lr_decay) * g / (sqrt(sum) + eps).
+fn fused_adagrad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let params = args.tensors("self")?;
+    let grads = args.tensors("grads")?;
+    let sums = args.tensors("state_sums")?;
+    let steps = args.tensors("state_steps")?;
+    let maximize = args.bool("maximize")?;
+    let n = params.len();
+    same_len(args, &[("grads", &grads), ("state_sums", &sums), ("state_steps", &steps)], n)?;
+    let (scale, skip) = scale_and_skip(cx, args)?;
+    let f = DType::F32;
+    let lr = float_or_tensor(cx, args, "lr", f)?;
+    let lr_decay = float_or_tensor(cx, args, "lr_decay", f)?;
+    let wd = float_or_tensor(cx, args, "weight_decay", f)?;
+    let eps = float_or_tensor(cx, args, "eps", f)?;
+    let one_ = cx.full(1.0, f, &[]);
+    let zero = cx.full(0.0, f, &[]);
+    let wd_on = cx.compare(CmpDir::Ne, wd, zero);
+    let (mut o_p, mut o_g, mut o_s) = (vec![], vec![], vec![]);
+    for i in 0..n {
+        let pt = params[i];
+        check!(compute_dtype(pt.dtype).is_float(), Runtime, "{}: parameters must be floating point, got {}", args.op, pt.dtype.torch_name());
+        let p = cx.cast(pt.v, f);
+        let mut g = cx.cast(grads[i].v, f);
+        if let Some(s) = scale {
+            let s = bc(cx, s, g);
+            g = cx.div(g, s);
+        }
+        let g_out = g;
+        if maximize {
+            g = cx.neg(g);
+        }
+        let decayed = {
+            let w = bc(cx, wd, p);
+            let t = cx.mul(p, w);
+            cx.add(g, t)
+        };
+        let on = bc(cx, wd_on, p);
+        g = cx.select(on, decayed, g);
+        let step = cx.cast(steps[i].v, f);
+        let step = cx.reshape(step, &[]);
+        let prev = cx.sub(step, one_);
+        let decay = cx.mul(prev, lr_decay);
+        let decay = cx.add(one_, decay);
+        let clr = cx.div(lr, decay);
+        let sum = cx.cast(sums[i].v, f);
+        let gg = cx.mul(g, g);
+        let sum_new = cx.add(sum, gg);
+        let std = cx.sqrt(sum_new);
+        let epsb = bc(cx, eps, p);
+        let std = cx.add(std, epsb);
+        let clr = bc(cx, clr, p);
+        let upd = cx.mul(clr, g);
+        let upd = cx.div(upd, std);
+        let p_new = cx.sub(p, upd);
+        let p_new = keep_if_skipped(cx, skip, pt.v, p_new);
+        let sum_new = keep_if_skipped(cx, skip, sums[i].v, sum_new);
+        o_p.push(cx.cast(p_new, pt.dtype));
+        let g_out = keep_if_skipped(cx, skip, grads[i].v, g_out);
+        o_g.push(if scale.is_some() { cx.cast(g_out, grads[i].dtype) } else { grads[i].v });
+        o_s.push(cx.cast(sum_new, sums[i].dtype));
+    }
+    let o_steps = steps.iter().map(|t| t.v).collect();
+    Ok(vec![Out::List(o_p), Out::List(o_g), Out::List(o_s), Out::List(o_steps)])
+}
+
 fn fused_sgd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let params = args.tensors("self")?;
     let grads = args.tensors("grads")?;
