@@ -77,3 +77,17 @@ def test_errors():
         torch._grouped_mm(a.to(TPU), torch.randn(4, 12, 8, device=TPU), offs=offsets(2, 4, 6, 8).to(TPU))
     with pytest.raises(RuntimeError, match="2D or 3D"):
         torch._grouped_mm(torch.randn(8, device=TPU), b.to(TPU), offs=offsets(2, 4, 6, 8).to(TPU))
+
+
+def test_compiled_with_float32_and_unaligned_shapes():
+    # PyTorch's meta function admits only bf16 with 16-byte aligned strides (its CUDA kernel's
+    # limits); graphs on tpu take float32 and any shape.
+    torch.manual_seed(3)
+    x, w, offs = torch.randn(10, 12), torch.randn(3, 12, 5), offsets(3, 6, 10)
+
+    def f(x, w, offs):
+        return torch._grouped_mm(x, w, offs=offs).sum(-1)
+
+    ref = torch.cat([x[0:3] @ w[0], x[3:6] @ w[1], x[6:10] @ w[2]]).sum(-1)
+    got = torch.compile(f, backend="tpu")(x.to(TPU), w.to(TPU), offs.to(TPU))
+    torch.testing.assert_close(got.cpu(), ref)

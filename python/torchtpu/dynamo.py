@@ -288,26 +288,27 @@ def install_as_default_for_tpu():
 
 
 def _grouped_mm_fake(fake_mode, func, *args, **kwargs):
-    """Shapes of torch._grouped_mm for graphs on tpu. PyTorch's meta function only admits bf16
-    (its CUDA kernel's limit); tpu lowers every float dtype, so the shape comes from that meta
-    function run on bf16 stand-ins, and the dtype from the inputs."""
+    """Output of torch._grouped_mm for graphs on tpu. PyTorch's meta function admits only what
+    its CUDA kernel does (bf16, 16-byte aligned strides); tpu lowers every float dtype and
+    layout, and checks the arguments when the graph is lowered."""
     from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
 
-    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-    if not tensors or tensors[0].device.type != "tpu":
+    names = ("self", "mat2", "offs", "bias", "out_dtype")
+    bound = {**dict(zip(names, args)), **kwargs}
+    a, b, offs = bound["self"], bound["mat2"], bound.get("offs")
+    if not isinstance(a, torch.Tensor) or a.device.type != "tpu":
         return NotImplemented
-
-    def stand_in(x):
-        if not isinstance(x, torch.Tensor):
-            return x
-        dtype = torch.bfloat16 if x.is_floating_point() else x.dtype
-        return torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="meta")
-
+    if a.dim() == 2 and b.dim() == 2:
+        shape = (offs.shape[0], a.shape[0], b.shape[1])  # one product per group of the shared dim
+    elif a.dim() == 2:
+        shape = (a.shape[0], b.shape[-1])
+    elif b.dim() == 2:
+        shape = (a.shape[1], b.shape[1])
+    else:
+        shape = (a.shape[0], a.shape[1], b.shape[-1])
     with in_kernel_invocation_manager(fake_mode):
-        shape = func(*[stand_in(a) for a in args], **{k: stand_in(v) for k, v in kwargs.items()}).shape
-        out_dtype = kwargs.get("out_dtype") or args[0].dtype
-        out = torch.empty(shape, dtype=out_dtype, device="meta")
-    return FakeTensor(fake_mode, out, args[0].device)
+        out = torch.empty(shape, dtype=bound.get("out_dtype") or a.dtype, device="meta")
+    return FakeTensor(fake_mode, out, a.device)
 
 
 def install_fake_kernels():
