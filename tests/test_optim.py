@@ -1,7 +1,10 @@
 """What optimizers run: lerp/addcmul/addcdiv, the _foreach_* ops, the fused Adam(W)/SGD steps,
 and torch.optim.SGD/Adam/AdamW end to end (foreach, for-loop and fused) against CPU."""
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 import torchtpu
 from helpers import TPU, check, check_error, check_inplace, make, to_cpu, to_tpu
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -392,3 +395,41 @@ def test_foreach_ops_run_one_program_per_list():
         opt.step()
         return torch.tpu.compile_stats()["executions"] - start
     assert step_programs(12) == step_programs(3)
+
+
+@pytest.mark.parametrize("use_foreach", [True, False])
+def test_grad_scaler_matches_cpu_through_an_overflow(use_foreach):
+    # GradScaler: unscale with the non-finite check, skip the step on overflow, back off and
+    # grow the scale (_amp_foreach_non_finite_check_and_unscale_, _amp_update_scale_).
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    x, y = torch.randn(16, 6), torch.randn(16, 3)
+    runs = {}
+    for dev in ("cpu", TPU):
+        m = copy.deepcopy(base).to(dev)
+        opt = torch.optim.Adam(m.parameters(), lr=0.01, foreach=use_foreach)
+        scaler = torch.amp.GradScaler(torch.device(dev).type, init_scale=2.0**10, growth_interval=2)
+        scales = []
+        for i in range(6):
+            opt.zero_grad()
+            loss = F.mse_loss(m(x.to(dev)), y.to(dev))
+            if i == 3:
+                loss = loss * float("inf")
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        runs[str(dev)] = (scales, [p.detach().cpu() for p in m.parameters()])
+    (sc, pc), (st, pt) = runs["cpu"], runs[str(TPU)]
+    assert st == sc and 1024.0 in st[3:5]
+    for c, t in zip(pc, pt):
+        torch.testing.assert_close(t, c, atol=1e-6, rtol=1e-5)
+
+
+def test_grad_scaler_state_errors():
+    g = [torch.ones(3, device=TPU)]
+    with pytest.raises(RuntimeError, match="found_inf must be a float tensor"):
+        torch._amp_foreach_non_finite_check_and_unscale_(g, torch.zeros(1, dtype=torch.int32, device=TPU),
+                                                         torch.ones(1, device=TPU))
+    with pytest.raises(RuntimeError, match="inv_scale must be a 1-element tensor"):
+        torch._amp_foreach_non_finite_check_and_unscale_(g, torch.zeros(1, device=TPU), torch.ones(2, device=TPU))

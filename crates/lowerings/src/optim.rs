@@ -21,6 +21,8 @@ pub fn register(r: &mut Registry) {
     r.add("_fused_adamw", fused_adam);
     r.add("_fused_sgd", fused_sgd);
     r.add("_fused_adagrad", fused_adagrad);
+    r.add("_amp_foreach_non_finite_check_and_unscale", amp_unscale);
+    r.add("_amp_update_scale", amp_update_scale);
 }
 
 // ---- lerp, addcmul, addcdiv -----------------------------------------------------------------
@@ -468,6 +470,82 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 /// _fused_sgd_: SGD with momentum / nesterov / weight decay as PyTorch's fused kernels do it.
 /// An empty momentum_buffer_list means momentum == 0.
+/// A GradScaler state tensor: one element of a float (or, for the growth tracker, int32) dtype.
+fn amp_state(args: &Args, name: &str, float: bool) -> Result<crate::args::Tensor> {
+    let t = args.tensor(name)?;
+    let ok = if float { t.dtype == DType::F32 } else { t.dtype == DType::I32 };
+    check!(ok, Runtime, "{name} must be a {} tensor.", if float { "float" } else { "int" });
+    Ok(t)
+}
+
+/// _amp_foreach_non_finite_check_and_unscale_ (GradScaler.unscale_): every gradient times
+/// inv_scale; found_inf becomes 1 when any gradient holds an inf or a NaN, else keeps its value.
+fn amp_unscale(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let grads = args.tensors("self")?;
+    let found = amp_state(args, "found_inf", true)?;
+    let inv = amp_state(args, "inv_scale", true)?;
+    check!(cx.numel(found.v) == 1, Runtime, "found_inf must be a 1-element tensor.");
+    check!(cx.numel(inv.v) == 1, Runtime, "inv_scale must be a 1-element tensor.");
+    let f = DType::F32;
+    let inv_s = cx.reshape(inv.v, &[]);
+    let mut any_bad = cx.b.constant_bool(false);
+    let mut out = Vec::with_capacity(grads.len());
+    for g in &grads {
+        check!(g.dtype.is_float(), Runtime, "_amp_foreach_non_finite_check_and_unscale_: expected floating-point gradients, got {}", g.dtype.torch_name());
+        let gf = cx.cast(g.v, f);
+        let finite = cx.is_finite(gf);
+        let all: Vec<i64> = (0..cx.dims(gf).len() as i64).collect();
+        let all_finite = crate::reductions::reduce(cx, finite, &all, crate::reductions::Red::And);
+        let bad = cx.not(all_finite);
+        any_bad = cx.or(any_bad, bad);
+        let s = bc(cx, inv_s, gf);
+        let scaled = cx.mul(gf, s);
+        out.push(cx.cast(scaled, g.dtype));
+    }
+    let one_ = cx.full(1.0, f, &cx.dims(found.v));
+    let bad = bc(cx, any_bad, found.v);
+    let new_found = cx.select(bad, one_, found.v);
+    Ok(vec![Out::List(out), Out::Tensor(new_found)])
+}
+
+/// _amp_update_scale_ (GradScaler.update): after an overflow the scale backs off and the
+/// growth tracker restarts; after `growth_interval` clean steps in a row the scale grows
+/// (unless that overflows float32).
+fn amp_update_scale(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let scale = amp_state(args, "self", true)?;
+    let tracker = amp_state(args, "growth_tracker", false)?;
+    let found = amp_state(args, "found_inf", true)?;
+    for t in [&scale, &tracker, &found] {
+        check!(cx.numel(t.v) == 1, Runtime, "current_scale, growth_tracker and found_inf must be 1-element tensors.");
+    }
+    let f = DType::F32;
+    let growth = float_or_tensor(cx, args, "scale_growth_factor", f)?;
+    let backoff = float_or_tensor(cx, args, "scale_backoff_factor", f)?;
+    let interval = args.int("growth_interval")?;
+    let s = cx.reshape(scale.v, &[]);
+    let t = cx.reshape(tracker.v, &[]);
+    let fi = cx.reshape(found.v, &[]);
+    let zero_f = cx.full(0.0, f, &[]);
+    let overflow = cx.compare(CmpDir::Ne, fi, zero_f);
+    let backed = cx.mul(s, backoff);
+    let one_i = cx.full(1.0, DType::I32, &[]);
+    let zero_i = cx.full(0.0, DType::I32, &[]);
+    let succ = cx.add(t, one_i);
+    let target = cx.full(interval as f64, DType::I32, &[]);
+    let reached = cx.compare(CmpDir::Eq, succ, target);
+    let grown = cx.mul(s, growth);
+    let grown_ok = cx.is_finite(grown);
+    let grown = cx.select(grown_ok, grown, s);
+    let kept = cx.select(reached, grown, s);
+    let new_s = cx.select(overflow, backed, kept);
+    let counted = cx.select(reached, zero_i, succ);
+    let new_t = cx.select(overflow, zero_i, counted);
+    let (sd, td) = (cx.dims(scale.v), cx.dims(tracker.v));
+    let new_s = cx.reshape(new_s, &sd);
+    let new_t = cx.reshape(new_t, &td);
+    Ok(vec![Out::Tensor(new_s), Out::Tensor(new_t)])
+}
+
 /// _fused_adagrad_: PyTorch's fused Adagrad step (state_steps already incremented), in f32
 /// for 16-bit tensors: sum += g^2; param -= lr / (1 + (step - 1) * lr_decay) * g / (sqrt(sum) + eps).
 fn fused_adagrad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
