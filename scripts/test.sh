@@ -12,11 +12,6 @@ export TORCHTPU_CACHE_DIR="$(mktemp -d)"
 trap 'rm -rf "$TORCHTPU_CACHE_DIR"' EXIT
 export PYO3_PYTHON="$PWD/.venv/bin/python"
 cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
-if [ $# -gt 0 ]; then
-  exec .venv/bin/python -m pytest -q -x --timeout=900 "$@"
-fi
-# One process per test file: a long single process has crashed (segfault) after thousands of
-# tests, which each file alone never does; that bug is open (see the issue notes).
-for f in tests/test_*.py; do
-  .venv/bin/python -m pytest -q -x --timeout=900 "$f"
-done
+# One process for every test (a long process once segfaulted at the kernel's limit on memory
+# mappings; the engine's executable cache is bounded now, see dispatch.rs max_executables).
+.venv/bin/python -m pytest -q -x --timeout=900 "$@"

@@ -87,11 +87,20 @@ pub struct Stats {
     pub misses: u64,
     pub compile_seconds: f64,
     pub executions: u64,
+    /// Executables dropped from the in-memory cache to stay under its bound.
+    pub evictions: u64,
+}
+
+/// A cached executable and the engine tick of its last use.
+struct Cached {
+    entry: Arc<Entry>,
+    used: u64,
 }
 
 struct Engine {
     ops: Vec<Arc<OpInfo>>,
-    cache: HashMap<Box<[u64]>, Arc<Entry>, BuildHasherDefault<KeyHasher>>,
+    cache: HashMap<Box<[u64]>, Cached, BuildHasherDefault<KeyHasher>>,
+    tick: u64,
     stats: Stats,
 }
 
@@ -99,8 +108,67 @@ static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
 
 fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
     let mut g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    let e = g.get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), stats: Stats::default() });
+    let e = g.get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), tick: 0, stats: Stats::default() });
     f(e)
+}
+
+/// How many executables the in-memory cache keeps at most (TORCHTPU_MAX_EXECUTABLES, default
+/// 4096). The cache must be bounded: XLA:CPU maps each loaded executable's JIT code into
+/// memory mappings of its own (about 4 for `x * 3`, over 100 for an SVD's while loops), and a
+/// process that kept every executable (the whole test suite in one pytest process compiles
+/// ~20,000) reached the kernel's vm.max_map_count (65,530), after which the next compile or
+/// load failed and the process segfaulted. Evicted programs come back from the persistent
+/// cache on their next use.
+fn max_executables() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("TORCHTPU_MAX_EXECUTABLES").ok().and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(4096)
+    })
+}
+
+/// The kernel's limit on memory mappings per process (vm.max_map_count), where it has one.
+fn map_limit() -> Option<usize> {
+    static LIMIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| std::fs::read_to_string("/proc/sys/vm/max_map_count").ok()?.trim().parse().ok())
+}
+
+/// The process's memory mappings now (about 10 ms to read at 30,000 mappings).
+fn map_count() -> Option<usize> {
+    let maps = std::fs::read("/proc/self/maps").ok()?;
+    Some(maps.iter().filter(|&&b| b == b'\n').count())
+}
+
+/// Misses between two looks at the process's mapping count.
+const MAP_CHECK_EVERY: u64 = 16;
+
+/// Drops the least recently used quarter of the cache (at least one entry); a call still
+/// running an evicted executable keeps it alive through its Arc.
+fn evict(engine: &mut Engine) {
+    let mut used: Vec<u64> = engine.cache.values().map(|c| c.used).collect();
+    if used.is_empty() {
+        return;
+    }
+    let n = (used.len() / 4).max(1);
+    // Ticks are distinct: exactly the n oldest entries are at or below the cutoff.
+    let (_, &mut cutoff, _) = used.select_nth_unstable(n - 1);
+    let before = engine.cache.len();
+    engine.cache.retain(|_, c| c.used > cutoff);
+    engine.stats.evictions += (before - engine.cache.len()) as u64;
+}
+
+/// Keeps the cache under its count bound and, since executables differ in how many mappings
+/// they hold, the process under half its mapping limit (checked every few misses).
+fn bound_cache(engine: &mut Engine) {
+    if engine.cache.len() >= max_executables() {
+        evict(engine);
+    }
+    if engine.stats.misses % MAP_CHECK_EVERY == 0 {
+        if let Some(limit) = map_limit() {
+            while !engine.cache.is_empty() && map_count().is_some_and(|n| n > limit / 2) {
+                evict(engine);
+            }
+        }
+    }
 }
 
 pub fn stats() -> Stats {
@@ -330,9 +398,12 @@ fn lookup(
     scan: &Scan,
     sizing: Sizing,
 ) -> Result<Looked, Error> {
-    if let Some(e) = engine.cache.get(key) {
+    engine.tick += 1;
+    let tick = engine.tick;
+    if let Some(c) = engine.cache.get_mut(key) {
+        c.used = tick;
         engine.stats.hits += 1;
-        return Ok(Looked::Entry(e.clone()));
+        return Ok(Looked::Entry(c.entry.clone()));
     }
     let t0 = Instant::now();
     let entry = match build(info, f, specialize, args, scan, sizing)? {
@@ -341,7 +412,8 @@ fn lookup(
     };
     engine.stats.misses += 1;
     engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
-    engine.cache.insert(key.to_vec().into_boxed_slice(), entry.clone());
+    bound_cache(engine);
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), used: tick });
     Ok(Looked::Entry(entry))
 }
 
@@ -587,9 +659,22 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
         })
         .collect();
     feeds = ordered;
-    // Donating a written cell's old buffer to its new one would save memory on in-place
-    // updates; it is off until a crash seen only in long runs is ruled out as its cause.
-    let text = b.cx.b.finish(&results);
+    // A written cell's old buffer is donated to its new one when their types match: in-place
+    // updates (optimizer steps) then reuse the memory instead of holding two copies. The cell
+    // holds the only reference to its buffer, and it is replaced by the output right after.
+    // (Donation was off for a while as a suspect in a long-run segfault; the cause was the
+    // unbounded executable cache, see max_executables.)
+    let mut aliases = Vec::new();
+    for (r, spec) in specs.iter().enumerate() {
+        if let OutSpec::Base { slot, .. } = spec {
+            if let Some(p) = feeds.iter().position(|f| matches!(f, Feed::Base(s) if s == slot)) {
+                if b.cx.b.ty(b.cx.b.param_value(p)) == b.cx.b.ty(results[r]) {
+                    aliases.push((p, r));
+                }
+            }
+        }
+    }
+    let text = b.cx.b.finish_with_aliases(&results, &aliases);
     let rt = runtime()?;
     let exe = rt.compile(&text).map_err(|e| {
         Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text))

@@ -102,6 +102,7 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("misses", s.misses)?;
     d.set_item("compile_seconds", s.compile_seconds)?;
     d.set_item("executions", s.executions)?;
+    d.set_item("evictions", s.evictions)?;
     use std::sync::atomic::Ordering::Relaxed;
     d.set_item("disk_hits", engine::disk_cache::DISK_HITS.load(Relaxed))?;
     d.set_item("disk_writes", engine::disk_cache::DISK_WRITES.load(Relaxed))?;
