@@ -246,7 +246,7 @@ fn check_matrix(cx: &Cx, t: &Tensor, api: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_square(cx: &Cx, t: &Tensor, api: &str) -> Result<()> {
+pub(crate) fn check_square(cx: &Cx, t: &Tensor, api: &str) -> Result<()> {
     check_matrix(cx, t, api)?;
     let d = cx.dims(t.v);
     let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
@@ -254,7 +254,7 @@ fn check_square(cx: &Cx, t: &Tensor, api: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_float_or_complex(t: &Tensor, api: &str) -> Result<()> {
+pub(crate) fn check_float_or_complex(t: &Tensor, api: &str) -> Result<()> {
     check!(
         t.dtype.is_float() || t.dtype.is_complex(),
         Runtime,
@@ -266,7 +266,7 @@ fn check_float_or_complex(t: &Tensor, api: &str) -> Result<()> {
 }
 
 /// The CPU kernels (LAPACK) exist for float, double and their complex types only.
-fn check_lapack_dtype(t: DType, kernel: &str) -> Result<()> {
+pub(crate) fn check_lapack_dtype(t: DType, kernel: &str) -> Result<()> {
     check!(
         matches!(t, DType::F32 | DType::F64 | DType::C64 | DType::C128),
         NotImplemented,

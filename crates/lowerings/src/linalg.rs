@@ -8,6 +8,7 @@
 //! nonsymmetric eigenproblem (geev: balancing, Hessenberg reduction, Francis double-shift QR,
 //! eigenvectors of the Schur form, LAPACK's normalization), whose eigenvalue order and
 //! eigenvector phases only the same sequence of steps reproduces.
+use crate::decomp::{check_float_or_complex, check_lapack_dtype, check_square};
 use crate::args::{Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -658,35 +659,6 @@ fn with_batch(cx: &mut Cx, v: Value, batch: &[i64]) -> Value {
     cx.reshape(v, &out)
 }
 
-fn square_check(cx: &Cx, t: &Tensor, api: &str) -> Result<()> {
-    let d = cx.dims(t.v);
-    check!(d.len() >= 2, Runtime, "{}: The input tensor A must have at least 2 dimensions.", api);
-    let (m, n) = (d[d.len() - 2], d[d.len() - 1]);
-    check!(m == n, Runtime, "{}: A must be batches of square matrices, but they are {} by {} matrices", api, m, n);
-    Ok(())
-}
-
-fn float_or_complex_check(t: &Tensor, api: &str) -> Result<()> {
-    check!(
-        t.dtype.is_float() || t.dtype.is_complex(),
-        Runtime,
-        "{}: Expected a floating point or complex tensor as input. Got {}",
-        api,
-        t.dtype.torch_name()
-    );
-    Ok(())
-}
-
-fn lapack_dtype_check(t: DType, kernel: &str) -> Result<()> {
-    check!(
-        matches!(t, DType::F32 | DType::F64 | DType::C64 | DType::C128),
-        NotImplemented,
-        "\"{}\" not implemented for '{}'",
-        kernel,
-        t.torch_name()
-    );
-    Ok(())
-}
 
 // ---- LDL^T (Bunch-Kaufman) ------------------------------------------------------------------------
 
@@ -1006,9 +978,9 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
 fn linalg_ldl_factor_ex(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = args.tensor("self")?;
     let api = "torch.linalg.ldl_factor_ex";
-    square_check(cx, &a, api)?;
-    float_or_complex_check(&a, api)?;
-    lapack_dtype_check(a.dtype, "ldl_factor_cpu")?;
+    check_square(cx, &a, api)?;
+    check_float_or_complex(&a, api)?;
+    check_lapack_dtype(a.dtype, "ldl_factor_cpu")?;
     let hermitian = args.bool_or("hermitian", false)?;
     let d = cx.dims(a.v);
     let n = d[d.len() - 1];
@@ -1290,8 +1262,8 @@ fn linalg_ldl_solve(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let piv = args.tensor("pivots")?;
     let rhs = args.tensor("B")?;
     let api = "torch.linalg.ldl_solve";
-    square_check(cx, &ld, api)?;
-    float_or_complex_check(&ld, api)?;
+    check_square(cx, &ld, api)?;
+    check_float_or_complex(&ld, api)?;
     let ldd = cx.dims(ld.v);
     let bd = cx.dims(rhs.v);
     check!(
@@ -1331,7 +1303,7 @@ fn linalg_ldl_solve(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         "torch.linalg.ldl_solve: Expected pivots to be integers. Got {}",
         piv.dtype.torch_name()
     );
-    lapack_dtype_check(ld.dtype, "ldl_solve_cpu")?;
+    check_lapack_dtype(ld.dtype, "ldl_solve_cpu")?;
     let batch = crate::broadcast_shapes(&[ldd[..ldd.len() - 2].to_vec(), bd[..bd.len() - 2].to_vec()])?;
     let n = ldd[ldd.len() - 1];
     let nr = bd[bd.len() - 1];
@@ -3160,7 +3132,7 @@ fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
 /// The checks of linalg.eig / linalg.eigvals, and the working real type.
 fn eig_input(cx: &Cx, a: &Tensor) -> Result<()> {
     let api = "linalg.eig";
-    square_check(cx, a, api)?;
+    check_square(cx, a, api)?;
     check!(
         a.dtype.is_float() || a.dtype.is_complex(),
         Runtime,
