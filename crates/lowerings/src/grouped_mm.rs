@@ -90,9 +90,10 @@ fn grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(ad[ad.len() - 1] == bd[bd.len() - 2], Runtime, "contraction dimension of mat_a and mat_b must match");
     }
     let acc = acc_type(a.dtype).elem();
+    // f32 products must not run as reduced-precision (TF32) passes.
+    let precise = matches!(a.dtype, DType::F32 | DType::F64);
+    cx.set_precision(if precise { Some(stablehlo::Precision::Highest) } else { None });
     let out = if !a2 && !b2 {
-        let precise = matches!(a.dtype, DType::F32 | DType::F64);
-        cx.set_precision(if precise { Some(stablehlo::Precision::Highest) } else { None });
         check!(offs.is_none(), Runtime, "Offsets tensor provided, but is not needed for 3D/3D multiplicand layouts.");
         check!(ad[0] == bd[0], Runtime, "batched dimension has to match");
         cx.b.dot_general(a.v, b.v, &[0], &[0], &[2], &[1], acc)
@@ -113,9 +114,6 @@ fn grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             (true, true) => check!(ad[1] == bd[0], Runtime, "contraction dimension of mat_a and mat_b must match"),
             _ => check!(g == ad[0], Runtime, "matrix batch sizes have to match"),
         }
-        // f32 products must not run as reduced-precision (TF32) passes.
-        let precise = matches!(a.dtype, DType::F32 | DType::F64);
-        cx.set_precision(if precise { Some(stablehlo::Precision::Highest) } else { None });
         if RAGGED_DOT.load(Ordering::Relaxed) {
             ragged(cx, a.v, b.v, offs.v, a2, b2, acc)
         } else {
