@@ -75,11 +75,11 @@ fn bcast0(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
 }
 
 /// `v` of dims [B] or [B, x] broadcast to `dims`, its dims landing on `at`.
-fn bcast(b: &mut Builder, v: Value, dims: &[i64], at: &[i64]) -> Value {
+pub(crate) fn bcast(b: &mut Builder, v: Value, dims: &[i64], at: &[i64]) -> Value {
     b.broadcast_in_dim(v, dims, at)
 }
 
-fn sum(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
+pub(crate) fn sum(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
     let e = b.elem(v);
     let zero = b.constant_f64(0.0, e);
     b.reduce(&[v], &[zero], dims, |b, a| vec![b.add(a[0], a[1])])[0]
@@ -91,7 +91,7 @@ fn prod(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
     b.reduce(&[v], &[one], dims, |b, a| vec![b.mul(a[0], a[1])])[0]
 }
 
-fn max(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
+pub(crate) fn max(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
     let e = b.elem(v);
     let lo = b.constant_f64(f64::NEG_INFINITY, e);
     b.reduce(&[v], &[lo], dims, |b, a| vec![b.max(a[0], a[1])])[0]

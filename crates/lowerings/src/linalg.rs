@@ -8,7 +8,7 @@
 //! nonsymmetric eigenproblem (geev: balancing, Hessenberg reduction, Francis double-shift QR,
 //! eigenvectors of the Schur form, LAPACK's normalization), whose eigenvalue order and
 //! eigenvector phases only the same sequence of steps reproduces.
-use crate::decomp::{check_float_or_complex, check_lapack_dtype, check_square};
+use crate::decomp::{bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, max as max_over, sum as sum_over};
 use crate::args::{Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -507,22 +507,6 @@ fn idx(b: &mut Builder, dims: &[i64], d: usize) -> Value {
     b.iota(&TensorType::new(I64E, dims), d as i64)
 }
 
-/// `v` ([B] or [B, n]) broadcast to `dims` with its dims at `at`.
-fn bc(b: &mut Builder, v: Value, dims: &[i64], at: &[i64]) -> Value {
-    b.broadcast_in_dim(v, dims, at)
-}
-
-fn sum_over(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
-    let e = b.elem(v);
-    let zero = b.constant_f64(0.0, e);
-    b.reduce(&[v], &[zero], dims, |b, a| vec![b.add(a[0], a[1])])[0]
-}
-
-fn max_over(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
-    let e = b.elem(v);
-    let lo = b.constant_f64(f64::NEG_INFINITY, e);
-    b.reduce(&[v], &[lo], dims, |b, a| vec![b.max(a[0], a[1])])[0]
-}
 
 fn any_over(b: &mut Builder, p: Value, dims: &[i64]) -> Value {
     let f = b.constant_bool(false);
