@@ -810,8 +810,12 @@ REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &::sdp_choice);
 }  // namespace at::native
 namespace {
 
-// A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback.
-TORCH_LIBRARY(torchtpu, m) { m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]"); }
+// A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback. A graph
+// that mutates inputs runs as run_graph_, which writes them in place.
+TORCH_LIBRARY(torchtpu, m) {
+  m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]");
+  m.def("run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]");
+}
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 

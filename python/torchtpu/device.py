@@ -148,6 +148,16 @@ def memory_allocated(device=None):
     return _C.live_bytes()
 
 
+def max_memory_allocated(device=None):
+    """The most bytes held by live device buffers since the start or the last
+    reset_peak_memory_stats (all devices together)."""
+    return _C.peak_bytes()
+
+
+def reset_peak_memory_stats(device=None):
+    _C.reset_peak_bytes()
+
+
 def live_buffers():
     """Number of live device buffers (for leak checks)."""
     return _C.live_buffers()

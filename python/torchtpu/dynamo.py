@@ -95,6 +95,19 @@ class _Encoder:
         self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
 
 
+def _mutates_input(node):
+    """Whether a node other than copy_ writes one of the graph's inputs (set_, resize_, ...):
+    functional graphs have none; fail loudly rather than lose the write."""
+    schema = node.target._schema if isinstance(node.target, torch._ops.OpOverload) else None
+    if schema is None or not schema.is_mutable:
+        return False
+    for k, a in enumerate(schema.arguments):
+        v = node.args[k] if k < len(node.args) else node.kwargs.get(a.name)
+        if a.alias_info is not None and a.alias_info.is_write and isinstance(v, torch.fx.Node) and v.op == "placeholder":
+            return True
+    return False
+
+
 def _signature(gm, example_inputs):
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     sig = []
@@ -204,8 +217,23 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         with unset_fake_temporarily():  # compiling runs under fake tensors; these are real
             constants.append(value.detach().to("tpu"))
     output = None
+    # Inputs the graph writes: AOTAutograd keeps their mutations as copy_(input, new) nodes
+    # (keep_inference_input_mutations); run_graph_ writes them in place, donating the old
+    # buffers, instead of AOTAutograd copying each one back after the call.
+    # Inputs on the host (an optimizer's CPU step counts) come back as outputs and are copied
+    # into place after the call.
+    mutated, host_writes = [], {}
     for node in nodes:
         if node.op == "call_function":
+            if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
+                i = placeholders.index(node.args[0])
+                on_tpu = isinstance(example_inputs[i], torch.Tensor) and example_inputs[i].device.type == "tpu"
+                if not on_tpu:
+                    host_writes[i] = node
+                elif i not in mutated:
+                    mutated.append(i)
+            elif _mutates_input(node):
+                raise NotImplementedError(f"torchtpu.compile: {node.target} mutates a graph input")
             enc.call(node)
         elif node.op == "output":
             output = node.args[0]
@@ -224,20 +252,30 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
             computed.append(enc.value(o))
         else:
             plan.append(("const", o))
-    graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed)
-    run_graph = torch.ops.torchtpu.run_graph
+    host_copies = []
+    for i, node in host_writes.items():
+        host_copies.append((i, len(computed)))
+        computed.append(enc.value(node))
+    graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed, mutated)
     stats = {"graph": graph_id, "frame": frame, "kind": kind, "nodes": len(enc.nodes), "calls": 0,
              "first_call_seconds": None}
     _graphs.append(stats)
+
+    def execute(args):
+        if mutated:
+            return torch.ops.torchtpu.run_graph_(graph_id, [args[i] for i in mutated], [*args, *constants])
+        return torch.ops.torchtpu.run_graph(graph_id, [*args, *constants]) if computed else []
 
     def run(*args):
         stats["calls"] += 1
         if stats["first_call_seconds"] is None:
             t0 = time.perf_counter()
-            results = run_graph(graph_id, [*args, *constants]) if computed else []
+            results = execute(args)
             stats["first_call_seconds"] = time.perf_counter() - t0
         else:
-            results = run_graph(graph_id, [*args, *constants]) if computed else []
+            results = execute(args)
+        for i, k in host_copies:
+            args[i].copy_(results[k])
         out = []
         for kind, x in plan:
             out.append(results[x] if kind == "computed" else args[x] if kind == "input" else x)
@@ -267,7 +305,8 @@ def backend(gm, example_inputs, **kwargs):
     from functorch.compile import min_cut_rematerialization_partition
 
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions(),
-                        partition_fn=min_cut_rematerialization_partition)(gm, example_inputs)
+                        partition_fn=min_cut_rematerialization_partition,
+                        keep_inference_input_mutations=True)(gm, example_inputs)
 
 
 def install_as_default_for_tpu():

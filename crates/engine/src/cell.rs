@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 static LIVE_BUFFERS: AtomicI64 = AtomicI64::new(0);
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+/// The most LIVE_BYTES reached since the start or the last reset_peak_bytes.
+static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
 
 /// A device buffer counted in the live-buffer statistics.
 pub struct DevBuf {
@@ -27,7 +29,8 @@ static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at
 impl DevBuf {
     pub fn new(buf: pjrt::Buffer, bytes: i64) -> Arc<DevBuf> {
         LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+        let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
         let b = Arc::new(DevBuf { buf, bytes });
         let mut p = PENDING.lock().unwrap();
         if p.bufs.len() >= p.prune_at {
@@ -64,6 +67,15 @@ pub fn live_buffers() -> i64 {
 
 pub fn live_bytes() -> i64 {
     LIVE_BYTES.load(Ordering::Relaxed)
+}
+
+pub fn peak_bytes() -> i64 {
+    PEAK_BYTES.load(Ordering::Relaxed)
+}
+
+/// Starts a new peak from the bytes live now (torch.tpu.reset_peak_memory_stats).
+pub fn reset_peak_bytes() {
+    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 #[derive(Clone)]

@@ -39,7 +39,8 @@ enum Feed {
 #[derive(Clone, Debug)]
 enum OutSpec {
     New { dtype: DType, dims: Vec<i64> },
-    Base { slot: u32, dtype: DType, dims: Vec<i64> },
+    /// The new buffer of a written cell; `donated`: it reuses the cell's old buffer.
+    Base { slot: u32, dtype: DType, dims: Vec<i64>, donated: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -645,7 +646,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
         if w {
             let v = b.bases[slot];
             results.push(v);
-            specs.push(OutSpec::Base { slot: slot as u32, dtype: b.cx.dtype(v), dims: b.cx.dims(v) });
+            specs.push(OutSpec::Base { slot: slot as u32, dtype: b.cx.dtype(v), dims: b.cx.dims(v), donated: false });
         }
     }
     // Float scalars the lowering made into inputs.
@@ -665,11 +666,12 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     // (Donation was off for a while as a suspect in a long-run segfault; the cause was the
     // unbounded executable cache, see max_executables.)
     let mut aliases = Vec::new();
-    for (r, spec) in specs.iter().enumerate() {
-        if let OutSpec::Base { slot, .. } = spec {
+    for (r, spec) in specs.iter_mut().enumerate() {
+        if let OutSpec::Base { slot, donated, .. } = spec {
             if let Some(p) = feeds.iter().position(|f| matches!(f, Feed::Base(s) if s == slot)) {
                 if b.cx.b.ty(b.cx.b.param_value(p)) == b.cx.b.ty(results[r]) {
                     aliases.push((p, r));
+                    *donated = true;
                 }
             }
         }
@@ -760,8 +762,13 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 let cell = Cell::new(nbytes, device, Some(stored));
                 made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: dims.clone() }));
             }
-            OutSpec::Base { slot, dtype, dims } => {
+            OutSpec::Base { slot, dtype, dims, donated } => {
                 let cell = unsafe { &*scan.cells[*slot as usize] };
+                if *donated {
+                    // The old buffer's memory now belongs to the new one: release it first, so
+                    // that the byte counts (and their peak) count it once.
+                    unsafe { cell.set(None) };
+                }
                 let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
                 unsafe { cell.set(Some(Stored { buf: DevBuf::new(buf, nbytes), dtype: *dtype, dims: dims.clone() })) };
                 made.push(None);

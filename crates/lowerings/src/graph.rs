@@ -2,6 +2,12 @@
 //! lowerings eager mode uses, into one program. A graph is registered once and run through
 //! the op `torchtpu::run_graph(int graph, Tensor[] inputs) -> Tensor[]`, so the engine keys,
 //! caches and runs it like any other op (one executable per graph and input layout).
+//!
+//! Inputs the graph mutates (optimizer state, buffers, KV caches: AOTAutograd keeps them as
+//! trailing `copy_(input, new_value)` nodes) run through
+//! `torchtpu::run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]`:
+//! the engine writes the new values into the mutated inputs' storages and donates their old
+//! buffers to the program, so an update in place needs no second copy of the state.
 use crate::args::{Arg, Args, FloatArg, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{DType, Rank};
@@ -41,6 +47,8 @@ pub struct Graph {
     pub num_inputs: usize,
     pub nodes: Vec<Node>,
     pub outputs: Vec<GArg>,
+    /// The inputs written by `copy_` nodes, in the order of run_graph_'s `mutated` list.
+    pub mutated: Vec<usize>,
 }
 
 static GRAPHS: Mutex<Vec<Arc<Graph>>> = Mutex::new(Vec::new());
@@ -61,15 +69,26 @@ fn graph(id: i64) -> Result<Arc<Graph>> {
 }
 
 pub fn register(r: &mut Registry) {
+    // Also run_graph_ (the same base name), which writes the mutated inputs.
     r.add("torchtpu::run_graph", run_graph);
 }
 
-/// Lowers every node of the graph on the tensor inputs and returns the graph's outputs.
+/// Lowers every node of the graph on the tensor inputs and returns the graph's outputs; for
+/// run_graph_, first the new values of the mutated inputs.
 fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let g = graph(args.int("graph")?)?;
     let inputs = args.tensors("inputs")?;
     check!(inputs.len() == g.num_inputs, Runtime, "graph takes {} inputs, got {}", g.num_inputs, inputs.len());
+    let writes = args.names.iter().any(|n| n == "mutated");
+    if writes {
+        let mutated = args.tensors("mutated")?;
+        check!(mutated.len() == g.mutated.len(), Runtime, "graph mutates {} inputs, got {}", g.mutated.len(), mutated.len());
+    } else {
+        check!(g.mutated.is_empty(), Runtime, "torchtpu.compile: a graph that mutates its inputs runs as run_graph_");
+    }
     let mut values: Vec<Out> = inputs.iter().map(|t| Out::Tensor(t.v)).collect();
+    // The newest value written into each input by a copy_ node.
+    let mut written: Vec<Option<stablehlo::Value>> = vec![None; g.num_inputs];
     for node in &g.nodes {
         let base = crate::base_name(&node.target);
         let lowering = match crate::registry().get(base) {
@@ -78,6 +97,13 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         };
         let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, &values, a)).collect::<Result<_>>()?;
         let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals })?;
+        if node.target == "aten::copy_" {
+            if let (Some(GArg::Ref(i)), Some(Out::Tensor(v))) = (node.args.first(), outs.first()) {
+                if *i < g.num_inputs {
+                    written[*i] = Some(*v);
+                }
+            }
+        }
         values.push(match outs.len() {
             1 => outs.into_iter().next().unwrap(),
             // Several results (e.g. native_layer_norm): one list value, read with Item.
@@ -98,7 +124,17 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             other => bail!(Runtime, "torchtpu.compile: graph output {:?} is not a tensor", other),
         }
     }
-    Ok(vec![Out::List(outs)])
+    if !writes {
+        return Ok(vec![Out::List(outs)]);
+    }
+    let mut news = Vec::with_capacity(g.mutated.len());
+    for &i in &g.mutated {
+        match written.get(i) {
+            Some(Some(v)) => news.push(*v),
+            _ => bail!(Runtime, "torchtpu.compile: graph input {} is listed as mutated but no copy_ writes it", i),
+        }
+    }
+    Ok(vec![Out::List(news), Out::List(outs)])
 }
 
 fn tensor(cx: &Cx, v: stablehlo::Value) -> Arg {

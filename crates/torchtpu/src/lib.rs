@@ -95,6 +95,16 @@ fn live_bytes() -> i64 {
 }
 
 #[pyfunction]
+fn peak_bytes() -> i64 {
+    engine::cell::peak_bytes()
+}
+
+#[pyfunction]
+fn reset_peak_bytes() {
+    engine::cell::reset_peak_bytes()
+}
+
+#[pyfunction]
 fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let s = engine::dispatch::stats();
     let d = PyDict::new(py);
@@ -147,12 +157,14 @@ fn graph_arg(obj: &Bound<'_, PyAny>) -> PyResult<GArg> {
     })
 }
 
-/// Registers an aten graph for `torchtpu::run_graph`; nodes are (target, arg names, args).
+/// Registers an aten graph for `torchtpu::run_graph`; nodes are (target, arg names, args);
+/// `mutated`: the inputs its copy_ nodes write (run with `torchtpu::run_graph_`).
 #[pyfunction]
 fn register_graph(
     num_inputs: usize,
     nodes: Vec<(String, Vec<String>, Vec<Bound<'_, PyAny>>)>,
     outputs: Vec<Bound<'_, PyAny>>,
+    mutated: Vec<usize>,
 ) -> PyResult<i64> {
     let nodes = nodes
         .into_iter()
@@ -161,7 +173,7 @@ fn register_graph(
         })
         .collect::<PyResult<_>>()?;
     let outputs = outputs.iter().map(graph_arg).collect::<PyResult<_>>()?;
-    Ok(lowerings::graph::register_graph(Graph { num_inputs, nodes, outputs }))
+    Ok(lowerings::graph::register_graph(Graph { num_inputs, nodes, outputs, mutated }))
 }
 
 #[pyfunction]
@@ -180,6 +192,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(get_rng, m)?)?;
     m.add_function(wrap_pyfunction!(live_buffers, m)?)?;
     m.add_function(wrap_pyfunction!(live_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(peak_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(reset_peak_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
