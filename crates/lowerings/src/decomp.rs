@@ -61,11 +61,11 @@ pub fn register(r: &mut Registry) {
 const I64: ElemType = ElemType::I64;
 const I32: ElemType = ElemType::I32;
 
-fn splat(b: &mut Builder, x: f64, elem: ElemType, dims: &[i64]) -> Value {
+pub(crate) fn splat(b: &mut Builder, x: f64, elem: ElemType, dims: &[i64]) -> Value {
     b.splat_f64(x, &TensorType::new(elem, dims))
 }
 
-fn iota(b: &mut Builder, dims: &[i64], d: usize) -> Value {
+pub(crate) fn iota(b: &mut Builder, dims: &[i64], d: usize) -> Value {
     b.iota(&TensorType::new(I64, dims), d as i64)
 }
 
@@ -95,6 +95,26 @@ pub(crate) fn max(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
     let e = b.elem(v);
     let lo = b.constant_f64(f64::NEG_INFINITY, e);
     b.reduce(&[v], &[lo], dims, |b, a| vec![b.max(a[0], a[1])])[0]
+}
+
+/// (index, value) of the largest entry of `v` along `axis`, ties going to the first index
+/// (LAPACK's i?amax pivot rule). The reduction starts from (`lo`, i64::MAX), so an entry equal
+/// to `lo` still wins over none; callers mark entries to ignore with values at or below `lo`.
+pub(crate) fn first_argmax(b: &mut Builder, v: Value, axis: usize, lo: f64) -> (Value, Value) {
+    let d = b.dims(v).to_vec();
+    let pos = iota(b, &d, axis);
+    let lo = b.constant_f64(lo, b.elem(v));
+    let far = b.constant_i64(i64::MAX, I64);
+    let r = b.reduce(&[v, pos], &[lo, far], &[axis as i64], |b, x| {
+        // (value, index) pairs: larger value wins, ties go to the smaller index.
+        let gt = b.compare(CmpDir::Gt, x[2], x[0]);
+        let eq = b.compare(CmpDir::Eq, x[2], x[0]);
+        let lt = b.compare(CmpDir::Lt, x[3], x[1]);
+        let tie = b.and(eq, lt);
+        let take = b.or(gt, tie);
+        vec![b.select(take, x[2], x[0]), b.select(take, x[3], x[1])]
+    });
+    (r[1], r[0])
 }
 
 fn conj(b: &mut Builder, x: Value) -> Value {
@@ -698,18 +718,7 @@ fn lu_factor(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             let at_or_below = b.compare(CmpDir::Ge, rows, jm);
             let minus = splat(b, -1.0, re, &d2);
             let mag = b.select(at_or_below, mag, minus);
-            let lo = b.constant_f64(-2.0, re);
-            let far = b.constant_i64(i64::MAX, I64);
-            let best = b.reduce(&[mag, rows], &[lo, far], &[1], |b, x| {
-                // (value, index) pairs: larger value wins, ties go to the smaller index.
-                let gt = b.compare(CmpDir::Gt, x[2], x[0]);
-                let eq = b.compare(CmpDir::Eq, x[2], x[0]);
-                let lt = b.compare(CmpDir::Lt, x[3], x[1]);
-                let tie = b.and(eq, lt);
-                let take = b.or(gt, tie);
-                vec![b.select(take, x[2], x[0]), b.select(take, x[3], x[1])]
-            });
-            let p = best[1];
+            let (p, _) = first_argmax(b, mag, 1, -2.0);
             let one = splat(b, 1.0, I64, &[bs]);
             let p1 = b.add(p, one);
             let p1 = b.convert(p1, I32);
@@ -1659,7 +1668,7 @@ fn off_diag_norm2(b: &mut Builder, x: Value) -> Value {
 }
 
 /// Logical or over `dims`.
-fn any_over(b: &mut Builder, pred: Value, dims: &[i64]) -> Value {
+pub(crate) fn any_over(b: &mut Builder, pred: Value, dims: &[i64]) -> Value {
     let f = b.constant_bool(false);
     b.reduce(&[pred], &[f], dims, |b, a| vec![b.or(a[0], a[1])])[0]
 }

@@ -8,7 +8,10 @@
 //! nonsymmetric eigenproblem (geev: balancing, Hessenberg reduction, Francis double-shift QR,
 //! eigenvectors of the Schur form, LAPACK's normalization), whose eigenvalue order and
 //! eigenvector phases only the same sequence of steps reproduces.
-use crate::decomp::{bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, max as max_over, sum as sum_over};
+use crate::decomp::{
+    any_over, bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, first_argmax, iota as idx, max as max_over,
+    splat as spl, sum as sum_over,
+};
 use crate::args::{Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -185,6 +188,39 @@ fn not_bool(d: DType, kernel: &str) -> Result<()> {
     Ok(())
 }
 
+/// The second operand's dtype check of bmm/baddbmm/mv/addmv (the message of their kernels).
+fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
+    check!(
+        expected == found,
+        Runtime,
+        "expected scalar type {} but found {}",
+        expected.torch_name(),
+        found.torch_name()
+    );
+    Ok(())
+}
+
+/// addmm/addbmm's dtype checks: `self` (None to skip it) and mat1 against mat2.
+fn check_addmm_dtypes(s: Option<DType>, a: DType, b: DType) -> Result<()> {
+    if let Some(s) = s {
+        check!(
+            s == b,
+            Runtime,
+            "self and mat2 must have the same dtype, but got {} and {}",
+            s.torch_name(),
+            b.torch_name()
+        );
+    }
+    check!(
+        a == b,
+        Runtime,
+        "mat1 and mat2 must have the same dtype, but got {} and {}",
+        a.torch_name(),
+        b.torch_name()
+    );
+    Ok(())
+}
+
 // ---- matrix-matrix ---------------------------------------------------------------------------
 
 /// Checks of mm/addmm's two matrices; returns (n, p).
@@ -227,20 +263,8 @@ fn addmm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let b = args.tensor("mat2")?;
     check!(cx.dims(a.v).len() == 2, Runtime, "mat1 must be a matrix, got {}-D tensor", cx.dims(a.v).len());
     check!(cx.dims(b.v).len() == 2, Runtime, "mat2 must be a matrix, got {}-D tensor", cx.dims(b.v).len());
-    check!(
-        args.has("out_dtype") || s.dtype == b.dtype,
-        Runtime,
-        "self and mat2 must have the same dtype, but got {} and {}",
-        s.dtype.torch_name(),
-        b.dtype.torch_name()
-    );
-    check!(
-        a.dtype == b.dtype,
-        Runtime,
-        "mat1 and mat2 must have the same dtype, but got {} and {}",
-        a.dtype.torch_name(),
-        b.dtype.torch_name()
-    );
+    // The out_dtype overload lets self differ.
+    check_addmm_dtypes(if args.has("out_dtype") { None } else { Some(s.dtype) }, a.dtype, b.dtype)?;
     let (n, p) = check_mm_shapes(cx, &a, &b)?;
     let bias = expand_to(cx, &s, &[n, p])?;
     not_bool(a.dtype, "addmm_impl_cpu_")?;
@@ -272,13 +296,7 @@ fn bmm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = args.tensor("self")?;
     let b = args.tensor("mat2")?;
     check_bmm(cx, &a, &b)?;
-    check!(
-        a.dtype == b.dtype,
-        Runtime,
-        "expected scalar type {} but found {}",
-        a.dtype.torch_name(),
-        b.dtype.torch_name()
-    );
+    check_scalar_type(a.dtype, b.dtype)?;
     not_bool(a.dtype, "bmm")?;
     let dt = out_dtype(args, a.dtype)?;
     let p = contract(cx, a.v, b.v, (&[0], &[0]), (&[2], &[1]));
@@ -308,13 +326,7 @@ fn baddbmm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let target = [d1[0], d1[1], d2[2]];
     let bias = expand_to(cx, &s, &target)?;
     check_bmm(cx, &a, &b)?;
-    check!(
-        a.dtype == b.dtype,
-        Runtime,
-        "expected scalar type {} but found {}",
-        a.dtype.torch_name(),
-        b.dtype.torch_name()
-    );
+    check_scalar_type(a.dtype, b.dtype)?;
     not_bool(a.dtype, "baddbmm")?;
     let dt = out_dtype(args, a.dtype)?;
     let prod = contract(cx, a.v, b.v, (&[0], &[0]), (&[2], &[1]));
@@ -351,20 +363,7 @@ fn addbmm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         d2[1],
         d2[2]
     );
-    check!(
-        s.dtype == b.dtype,
-        Runtime,
-        "self and mat2 must have the same dtype, but got {} and {}",
-        s.dtype.torch_name(),
-        b.dtype.torch_name()
-    );
-    check!(
-        a.dtype == b.dtype,
-        Runtime,
-        "mat1 and mat2 must have the same dtype, but got {} and {}",
-        a.dtype.torch_name(),
-        b.dtype.torch_name()
-    );
+    check_addmm_dtypes(Some(s.dtype), a.dtype, b.dtype)?;
     let bias = expand_to(cx, &s, &[d1[1], d2[2]])?;
     not_bool(a.dtype, "addmm_impl_cpu_")?;
     let prod = contract(cx, a.v, b.v, (&[], &[]), (&[0, 2], &[0, 1]));
@@ -442,13 +441,7 @@ fn check_mv(cx: &Cx, s: Option<&Tensor>, m: &Tensor, v: &Tensor) -> Result<i64> 
         md[1],
         vd[0]
     );
-    check!(
-        m.dtype == v.dtype,
-        Runtime,
-        "expected scalar type {} but found {}",
-        m.dtype.torch_name(),
-        v.dtype.torch_name()
-    );
+    check_scalar_type(m.dtype, v.dtype)?;
     not_bool(m.dtype, "addmv_impl_cpu")?;
     Ok(n)
 }
@@ -499,18 +492,15 @@ fn trace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 const I64E: ElemType = ElemType::I64;
 
-fn spl(b: &mut Builder, x: f64, elem: ElemType, dims: &[i64]) -> Value {
-    b.splat_f64(x, &TensorType::new(elem, dims))
+/// An int64 splat (loop counters and indices, one per batch element).
+fn ispl(b: &mut Builder, x: i64, dims: &[i64]) -> Value {
+    b.splat_i64(x, &TensorType::new(I64E, dims))
 }
 
-fn idx(b: &mut Builder, dims: &[i64], d: usize) -> Value {
-    b.iota(&TensorType::new(I64E, dims), d as i64)
-}
-
-
-fn any_over(b: &mut Builder, p: Value, dims: &[i64]) -> Value {
-    let f = b.constant_bool(false);
-    b.reduce(&[p], &[f], dims, |b, a| vec![b.or(a[0], a[1])])[0]
+/// A complex splat x + x i of the real type `re` (complex zeros, or NaN + NaN i).
+fn cspl(b: &mut Builder, x: f64, re: ElemType, dims: &[i64]) -> Value {
+    let v = spl(b, x, re, dims);
+    b.complex(v, v)
 }
 
 fn conj_of(b: &mut Builder, x: Value) -> Value {
@@ -556,56 +546,58 @@ fn real_as_is(b: &mut Builder, x: Value) -> Value {
     as_elem(b, re, e)
 }
 
-/// v[b, idx_b] of v [B, n] (idx [B], int64; 0 when out of range).
-fn pick(b: &mut Builder, v: Value, at: Value) -> Value {
+/// The entries of `v` at index `at` along `axis`, that axis dropped, read by a masked sum (0
+/// when out of range). `at` is 0-d, or holds one index per batch element (v's dim 0).
+/// pick/pick_col/pick_row/pick1 and swap_lines all read lines this way.
+fn take_at(b: &mut Builder, v: Value, at: Value, axis: usize) -> Value {
     let d = b.dims(v).to_vec();
-    let i = idx(b, &d, 1);
-    let a = bc(b, at, &d, &[0]);
-    let on = b.compare(CmpDir::Eq, i, a);
+    let at_dims: &[i64] = if b.dims(at).is_empty() { &[] } else { &[0] };
+    let pos = idx(b, &d, axis);
+    let a = bc(b, at, &d, at_dims);
+    let on = b.compare(CmpDir::Eq, pos, a);
     let z = spl(b, 0.0, b.elem(v), &d);
     let m = b.select(on, v, z);
-    sum_over(b, m, &[1])
+    sum_over(b, m, &[axis as i64])
+}
+
+/// v[b, idx_b] of v [B, n] (idx [B], int64; 0 when out of range).
+fn pick(b: &mut Builder, v: Value, at: Value) -> Value {
+    take_at(b, v, at, 1)
 }
 
 /// Column idx_b of each matrix of m [B, n, n] as [B, n].
 fn pick_col(b: &mut Builder, m: Value, at: Value) -> Value {
-    let d = b.dims(m).to_vec();
-    let c = idx(b, &d, 2);
-    let a = bc(b, at, &d, &[0]);
-    let on = b.compare(CmpDir::Eq, c, a);
-    let z = spl(b, 0.0, b.elem(m), &d);
-    let v = b.select(on, m, z);
-    sum_over(b, v, &[2])
+    take_at(b, m, at, 2)
 }
 
-/// Row idx_b of each matrix of m [B, n, n] as [B, n].
+/// Row idx_b of each matrix of m [B, n, k] as [B, k].
 fn pick_row(b: &mut Builder, m: Value, at: Value) -> Value {
-    let d = b.dims(m).to_vec();
-    let r = idx(b, &d, 1);
-    let a = bc(b, at, &d, &[0]);
-    let on = b.compare(CmpDir::Eq, r, a);
-    let z = spl(b, 0.0, b.elem(m), &d);
-    let v = b.select(on, m, z);
-    sum_over(b, v, &[1])
+    take_at(b, m, at, 1)
 }
 
-/// The first index of the largest value of mags [B, n] (entries < 0 never win) and that value
-/// (-1 when none qualifies): LAPACK's i?amax.
-fn first_argmax(b: &mut Builder, mags: Value) -> (Value, Value) {
-    let d = b.dims(mags).to_vec();
-    let i = idx(b, &d, 1);
-    let e = b.elem(mags);
-    let lo = b.constant_f64(-1.0, e);
-    let far = b.constant_i64(i64::MAX, I64E);
-    let r = b.reduce(&[mags, i], &[lo, far], &[1], |b, x| {
-        let gt = b.compare(CmpDir::Gt, x[2], x[0]);
-        let eq = b.compare(CmpDir::Eq, x[2], x[0]);
-        let lt = b.compare(CmpDir::Lt, x[3], x[1]);
-        let tie = b.and(eq, lt);
-        let take = b.or(gt, tie);
-        vec![b.select(take, x[2], x[0]), b.select(take, x[3], x[1])]
-    });
-    (r[1], r[0])
+/// v[idx] of a 1-d v (idx a 0-d int64).
+fn pick1(b: &mut Builder, v: Value, at: Value) -> Value {
+    take_at(b, v, at, 0)
+}
+
+/// `m` with its lines i1 and i2 along `axis` exchanged: rows (0) or columns (1) of one matrix
+/// with 0-d indices, or rows (1) or columns (2) of each matrix of a batch [B, r, c] with
+/// indices [B]. Callers mask the result where only part of the matrix may change.
+fn swap_lines(b: &mut Builder, m: Value, i1: Value, i2: Value, axis: usize) -> Value {
+    let d = b.dims(m).to_vec();
+    let at_dims: &[i64] = if b.dims(i1).is_empty() { &[] } else { &[0] };
+    let rest: Vec<i64> = (0..d.len() as i64).filter(|&k| k != axis as i64).collect();
+    let pos = idx(b, &d, axis);
+    let a1 = bc(b, i1, &d, at_dims);
+    let a2 = bc(b, i2, &d, at_dims);
+    let l1 = take_at(b, m, i1, axis);
+    let l2 = take_at(b, m, i2, axis);
+    let l1 = bc(b, l1, &d, &rest);
+    let l2 = bc(b, l2, &d, &rest);
+    let is1 = b.compare(CmpDir::Eq, pos, a1);
+    let is2 = b.compare(CmpDir::Eq, pos, a2);
+    let y = b.select(is1, l2, m);
+    b.select(is2, l1, y)
 }
 
 /// The full symmetric (Hermitian: conjugated, real diagonal) matrix whose lower triangle is
@@ -655,6 +647,32 @@ fn bk_alpha(e: ElemType) -> f64 {
     }
 }
 
+/// Where both the row and the column of [B, n, n] compare `dir` to k3 (k per batch element,
+/// broadcast to `d3`): the trailing matrix a step of sytf2 swaps or updates.
+fn trailing_mask(b: &mut Builder, d3: &[i64], k3: Value, dir: CmpDir) -> Value {
+    let r3 = idx(b, d3, 1);
+    let c3 = idx(b, d3, 2);
+    let rk = b.compare(dir, r3, k3);
+    let ck = b.compare(dir, c3, k3);
+    b.and(rk, ck)
+}
+
+/// 1 / d for the 1x1 pivots d [B]; a Hermitian D has a real diagonal, so only the real part is
+/// inverted (sytf2/hetf2 scale by it, sytrs/hetrs divide by it).
+fn recip_pivot(b: &mut Builder, d: Value, hermitian: bool) -> Value {
+    let e = b.elem(d);
+    let dims = b.dims(d).to_vec();
+    if hermitian {
+        let r = b.real(d);
+        let one = spl(b, 1.0, e.real_type(), &dims);
+        let q = b.div(one, r);
+        as_elem(b, q, e)
+    } else {
+        let one = spl(b, 1.0, e, &dims);
+        b.div(one, d)
+    }
+}
+
 /// LAPACK's ?sytf2 / ?hetf2 with uplo = 'L' on a batch [B, n, n] (read from the lower triangle):
 /// each step picks a 1x1 or 2x2 pivot by Bunch-Kaufman's test, swaps it into place within the
 /// trailing matrix and updates that matrix. Returns (LD with L's multipliers and D below and on
@@ -669,21 +687,30 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
     let s0 = from_lower(b, a, hermitian);
     let piv0 = b.splat_i64(0, &TensorType::new(ElemType::I32, &[bs, n]));
     let info0 = b.splat_i64(0, &TensorType::new(ElemType::I32, &[bs]));
-    let k0 = b.splat_i64(0, &TensorType::new(I64E, &[bs]));
+    let k0 = ispl(b, 0, &[bs]);
     let alpha = bk_alpha(e);
+    // The magnitude Bunch-Kaufman compares a diagonal entry by (a Hermitian diagonal is real).
+    let diag_mag = |b: &mut Builder, x: Value| -> Value {
+        if hermitian {
+            let r = b.real(x);
+            b.abs(r)
+        } else {
+            cabs1(b, x)
+        }
+    };
     let out = b.while_loop(
         &[k0, s0, piv0, info0],
         |b, v| {
-            let nn = b.splat_i64(n, &TensorType::new(I64E, &[bs]));
+            let nn = ispl(b, n, &[bs]);
             let lt = b.compare(CmpDir::Lt, v[0], nn);
             any_over(b, lt, &[0])
         },
         |b, v| {
             let (k, s, piv, info) = (v[0], v[1], v[2], v[3]);
             let d2 = [bs, n];
-            let one = b.splat_i64(1, &TensorType::new(I64E, &[bs]));
-            let nm1 = b.splat_i64(n - 1, &TensorType::new(I64E, &[bs]));
-            let nn = b.splat_i64(n, &TensorType::new(I64E, &[bs]));
+            let one = ispl(b, 1, &[bs]);
+            let nm1 = ispl(b, n - 1, &[bs]);
+            let nn = ispl(b, n, &[bs]);
             let active = b.compare(CmpDir::Lt, k, nn);
             let kc = b.min(k, nm1);
             let rows2 = idx(b, &d2, 1);
@@ -692,16 +719,11 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
             // Column k, its diagonal and the largest entry below it.
             let colk = pick_col(b, s, kc);
             let akk = pick(b, colk, kc);
-            let absakk = if hermitian {
-                let r = b.real(akk);
-                b.abs(r)
-            } else {
-                cabs1(b, akk)
-            };
+            let absakk = diag_mag(b, akk);
             let below_k = b.compare(CmpDir::Gt, rows2, k2);
             let mags = cabs1(b, colk);
             let mags = b.select(below_k, mags, neg);
-            let (imax, colmax) = first_argmax(b, mags);
+            let (imax, colmax) = first_argmax(b, mags, 1, -1.0);
             let zr = spl(b, 0.0, re, &[bs]);
             let colmax = b.max(colmax, zr);
             let imax = b.min(imax, nm1);
@@ -715,12 +737,7 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
             let rmag = b.select(off, rmag, neg);
             let rowmax = max_over(b, rmag, &[1]);
             let aii = pick(b, rowi, imax);
-            let absaii = if hermitian {
-                let r = b.real(aii);
-                b.abs(r)
-            } else {
-                cabs1(b, aii)
-            };
+            let absaii = diag_mag(b, aii);
             // Bunch-Kaufman's choice.
             let mx = b.max(absakk, colmax);
             let is_zero = b.compare(CmpDir::Eq, mx, zr);
@@ -738,7 +755,7 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
             let keep_k = b.or(keep_k, zero_col);
             let one_by_one = b.or(keep_k, case_c);
             let kp = b.select(keep_k, kc, imax);
-            let two = b.splat_i64(2, &TensorType::new(I64E, &[bs]));
+            let two = ispl(b, 2, &[bs]);
             let kstep = b.select(one_by_one, one, two);
             let kk = b.add(kc, kstep);
             let kk = b.sub(kk, one);
@@ -747,30 +764,10 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
             let swap = b.and(swap, active);
             let s = {
                 let d3 = [bs, n, n];
-                let r3 = idx(b, &d3, 1);
-                let c3 = idx(b, &d3, 2);
-                let kk3 = bc(b, kk, &d3, &[0]);
-                let kp3 = bc(b, kp, &d3, &[0]);
-                let row_kk = pick_row(b, s, kk);
-                let row_kp = pick_row(b, s, kp);
-                let row_kk3 = bc(b, row_kk, &d3, &[0, 2]);
-                let row_kp3 = bc(b, row_kp, &d3, &[0, 2]);
-                let at_kk = b.compare(CmpDir::Eq, r3, kk3);
-                let at_kp = b.compare(CmpDir::Eq, r3, kp3);
-                let p = b.select(at_kk, row_kp3, s);
-                let p = b.select(at_kp, row_kk3, p);
-                let col_kk = pick_col(b, p, kk);
-                let col_kp = pick_col(b, p, kp);
-                let col_kk3 = bc(b, col_kk, &d3, &[0, 1]);
-                let col_kp3 = bc(b, col_kp, &d3, &[0, 1]);
-                let c_kk = b.compare(CmpDir::Eq, c3, kk3);
-                let c_kp = b.compare(CmpDir::Eq, c3, kp3);
-                let p = b.select(c_kk, col_kp3, p);
-                let p = b.select(c_kp, col_kk3, p);
+                let p = swap_lines(b, s, kk, kp, 1);
+                let p = swap_lines(b, p, kk, kp, 2);
                 let k3 = bc(b, kc, &d3, &[0]);
-                let rk = b.compare(CmpDir::Ge, r3, k3);
-                let ck = b.compare(CmpDir::Ge, c3, k3);
-                let trailing = b.and(rk, ck);
+                let trailing = trailing_mask(b, &d3, k3, CmpDir::Ge);
                 let sw3 = bc(b, swap, &d3, &[0]);
                 let use_p = b.and(trailing, sw3);
                 b.select(use_p, p, s)
@@ -789,18 +786,10 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
             let dkk = pick(b, colk, kc);
             let upd1 = {
                 // 1x1: A(i, j) += x_i * (-1/d * x_j) for i, j > k; column k scaled by 1/d.
-                let (dinv, xj_scale) = if hermitian {
-                    let r = b.real(dkk);
-                    let onev = spl(b, 1.0, re, &[bs]);
-                    let r1 = b.div(onev, r);
-                    (as_elem(b, r1, e), true)
-                } else {
-                    let onev = spl(b, 1.0, e, &[bs]);
-                    (b.div(onev, dkk), false)
-                };
+                let dinv = recip_pivot(b, dkk, hermitian);
                 let z2 = spl(b, 0.0, e, &d2);
                 let x = b.select(below_k, colk, z2);
-                let xj = if xj_scale { conj_of(b, x) } else { x };
+                let xj = if hermitian { conj_of(b, x) } else { x };
                 let ndinv = b.neg(dinv);
                 let nd2 = bc(b, ndinv, &d2, &[0]);
                 let temp = b.mul(nd2, xj);
@@ -808,9 +797,7 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
                 let t3 = bc(b, temp, &d3, &[0, 2]);
                 let prod = b.mul(xi3, t3);
                 let upd = b.add(s, prod);
-                let rk = b.compare(CmpDir::Gt, r3, k3);
-                let ck = b.compare(CmpDir::Gt, c3, k3);
-                let trailing = b.and(rk, ck);
+                let trailing = trailing_mask(b, &d3, k3, CmpDir::Gt);
                 let upd = b.select(trailing, upd, s);
                 let d2b = bc(b, dinv, &d2, &[0]);
                 let scaled = b.mul(x, d2b);
@@ -892,9 +879,7 @@ fn ldl_factor(b: &mut Builder, a: Value, hermitian: bool) -> (Value, Value, Valu
                 let u = b.sub(s, p1);
                 let u = b.sub(u, p2);
                 let k13 = bc(b, k1, &d3, &[0]);
-                let rk = b.compare(CmpDir::Gt, r3, k13);
-                let ck = b.compare(CmpDir::Gt, c3, k13);
-                let trailing = b.and(rk, ck);
+                let trailing = trailing_mask(b, &d3, k13, CmpDir::Gt);
                 let u = b.select(trailing, u, s);
                 let below3 = b.compare(CmpDir::Gt, r3, k13);
                 let at_k = b.compare(CmpDir::Eq, c3, k3);
@@ -1009,12 +994,12 @@ fn ldl_factor_failure(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (_, _, info) = ldl_factor(cx, m, args.bool_or("hermitian", false)?);
     let info = cx.convert(info, I64E);
     let i = cx.b.iota(&TensorType::new(I64E, &[bs]), 0);
-    let np1 = cx.b.splat_i64(n + 1, &TensorType::new(I64E, &[bs]));
+    let np1 = ispl(cx, n + 1, &[bs]);
     let code = cx.mul(i, np1);
     let code = cx.add(code, info);
-    let zero = cx.b.splat_i64(0, &TensorType::new(I64E, &[bs]));
+    let zero = ispl(cx, 0, &[bs]);
     let failed = cx.compare(CmpDir::Ne, info, zero);
-    let big = cx.b.splat_i64(i64::MAX, &TensorType::new(I64E, &[bs]));
+    let big = ispl(cx, i64::MAX, &[bs]);
     let code = cx.select(failed, code, big);
     let mx = cx.b.constant_i64(i64::MAX, I64E);
     let first = cx.reduce(&[code], &[mx], &[0], |b, v| vec![b.min(v[0], v[1])])[0];
@@ -1033,21 +1018,11 @@ fn ldl_solve_core(b: &mut Builder, ld: Value, piv: Value, rhs: Value, hermitian:
     let hermitian = hermitian && e.is_complex();
     let d2 = [bs, n];
     let d3 = [bs, n, nr];
-    let sc = |b: &mut Builder, x: i64| b.splat_i64(x, &TensorType::new(I64E, &[bs]));
+    let sc = |b: &mut Builder, x: i64| ispl(b, x, &[bs]);
     // Swap rows r1 and r2 (per batch) of x [B, n, nr] where `on`.
     let swap_rows = |b: &mut Builder, x: Value, r1: Value, r2: Value, on: Value| -> Value {
-        let rows = idx(b, &d3, 1);
-        let a1 = bc(b, r1, &d3, &[0]);
-        let a2 = bc(b, r2, &d3, &[0]);
-        let row1 = pick_row(b, x, r1);
-        let row2 = pick_row(b, x, r2);
-        let row1 = bc(b, row1, &d3, &[0, 2]);
-        let row2 = bc(b, row2, &d3, &[0, 2]);
-        let is1 = b.compare(CmpDir::Eq, rows, a1);
-        let is2 = b.compare(CmpDir::Eq, rows, a2);
+        let y = swap_lines(b, x, r1, r2, 1);
         let on3 = bc(b, on, &d3, &[0]);
-        let y = b.select(is1, row2, x);
-        let y = b.select(is2, row1, y);
         b.select(on3, y, x)
     };
     // Forward: L D X = B.
@@ -1055,7 +1030,7 @@ fn ldl_solve_core(b: &mut Builder, ld: Value, piv: Value, rhs: Value, hermitian:
     let fwd = b.while_loop(
         &[k0, rhs],
         |b, v| {
-            let nn = b.splat_i64(n, &TensorType::new(I64E, &[bs]));
+            let nn = sc(b, n);
             let lt = b.compare(CmpDir::Lt, v[0], nn);
             any_over(b, lt, &[0])
         },
@@ -1094,15 +1069,7 @@ fn ldl_solve_core(b: &mut Builder, ld: Value, piv: Value, rhs: Value, hermitian:
                 let pr = b.mul(l3, bk3);
                 let y = b.sub(x, pr);
                 let dk = pick(b, colk, kc);
-                let s1 = if hermitian {
-                    let r = b.real(dk);
-                    let onev = spl(b, 1.0, e.real_type(), &[bs]);
-                    let q = b.div(onev, r);
-                    as_elem(b, q, e)
-                } else {
-                    let onev = spl(b, 1.0, e, &[bs]);
-                    b.div(onev, dk)
-                };
+                let s1 = recip_pivot(b, dk, hermitian);
                 let s2 = bc(b, s1, &[bs, nr], &[0]);
                 let nb = b.mul(bk, s2);
                 let nb3 = bc(b, nb, &d3, &[0, 2]);
@@ -1174,7 +1141,7 @@ fn ldl_solve_core(b: &mut Builder, ld: Value, piv: Value, rhs: Value, hermitian:
     let bwd = b.while_loop(
         &[kl, fwd[1]],
         |b, v| {
-            let z = b.splat_i64(0, &TensorType::new(I64E, &[bs]));
+            let z = sc(b, 0);
             let ge = b.compare(CmpDir::Ge, v[0], z);
             any_over(b, ge, &[0])
         },
@@ -1351,51 +1318,220 @@ impl Ev {
     fn safmin(&self) -> f64 {
         if self.e == ElemType::F64 { f64::MIN_POSITIVE } else { f32::MIN_POSITIVE as f64 }
     }
-    /// Fortran's SIGN(a, b): |a| with the sign of b (b >= 0 counts as positive).
-    fn sign(&self, b: &mut Builder, a: Value, s: Value) -> Value {
-        let aa = b.abs(a);
-        let na = b.neg(aa);
-        let z = self.c(b, 0.0);
-        let neg = b.compare(CmpDir::Lt, s, z);
-        b.select(neg, na, aa)
-    }
-    /// LAPACK's dlapy2: sqrt(x^2 + y^2) without overflow.
-    fn lapy2(&self, b: &mut Builder, x: Value, y: Value) -> Value {
-        let xa = b.abs(x);
-        let ya = b.abs(y);
-        let w = b.max(xa, ya);
-        let z = b.min(xa, ya);
-        let q = b.div(z, w);
-        let q2 = b.mul(q, q);
-        let one = self.c(b, 1.0);
-        let t = b.add(one, q2);
-        let t = b.sqrt(t);
-        let r = b.mul(w, t);
-        let zero = self.c(b, 0.0);
-        let z0 = b.compare(CmpDir::Eq, z, zero);
-        b.select(z0, w, r)
-    }
 }
 
-/// Swap rows (or columns when `cols`) r1 and r2 of m [n, n] where `mask` (same dims) holds.
-fn swap_lines(b: &mut Builder, m: Value, r1: Value, r2: Value, cols: bool, mask: Value) -> Value {
+/// Fortran's SIGN(a, s) elementwise: |a| with the sign of s (s >= 0 counts as positive).
+fn fsign(b: &mut Builder, a: Value, s: Value) -> Value {
+    let d = b.dims(a).to_vec();
+    let aa = b.abs(a);
+    let na = b.neg(aa);
+    let z = spl(b, 0.0, b.elem(a), &d);
+    let neg = b.compare(CmpDir::Lt, s, z);
+    b.select(neg, na, aa)
+}
+
+/// LAPACK's dlapy2 elementwise: sqrt(x^2 + y^2) without overflow.
+fn lapy2(b: &mut Builder, x: Value, y: Value) -> Value {
+    let (d, e) = (b.dims(x).to_vec(), b.elem(x));
+    let xa = b.abs(x);
+    let ya = b.abs(y);
+    let w = b.max(xa, ya);
+    let z = b.min(xa, ya);
+    let q = b.div(z, w);
+    let q2 = b.mul(q, q);
+    let one = spl(b, 1.0, e, &d);
+    let t = b.add(one, q2);
+    let t = b.sqrt(t);
+    let r = b.mul(w, t);
+    let zero = spl(b, 0.0, e, &d);
+    let z0 = b.compare(CmpDir::Eq, z, zero);
+    b.select(z0, w, r)
+}
+
+/// The plane rotation (x, y) -> (cs x + sn y, cs y - sn x), elementwise (cs, sn of x's dims).
+fn plane_rot(b: &mut Builder, x: Value, y: Value, cs: Value, sn: Value) -> (Value, Value) {
+    let a1 = b.mul(cs, x);
+    let a2 = b.mul(sn, y);
+    let nx = b.add(a1, a2);
+    let b1 = b.mul(cs, y);
+    let b2 = b.mul(sn, x);
+    let ny = b.sub(b1, b2);
+    (nx, ny)
+}
+
+/// select(pred, on_true[k], on_false[k]) for each k: one condition choosing between two sets
+/// of values (the cases of dlanv2 and dlahqr's steps).
+fn select_all(b: &mut Builder, pred: Value, on_true: &[Value], on_false: &[Value]) -> Vec<Value> {
+    on_true.iter().zip(on_false).map(|(&t, &f)| b.select(pred, t, f)).collect()
+}
+
+/// dlahqr's 3-row reflector I - t1 [1 v2 v3]^T [1 v2 v3] on three lines x (rows or columns):
+/// x_j - t_j (x0 + v2 x1 + v3 x2) with t = [t1, t1 v2, t1 v3] (0-d values); the third line is
+/// left as it is unless `three` (the sweep's last step has only two rows).
+fn reflect3(b: &mut Builder, x: &[Value], v: [Value; 2], t: [Value; 3], three: Value) -> Vec<Value> {
+    let d = b.dims(x[0]).to_vec();
+    let v2 = b.broadcast_in_dim(v[0], &d, &[]);
+    let v3 = b.broadcast_in_dim(v[1], &d, &[]);
+    let x1 = b.mul(v2, x[1]);
+    let x2 = b.mul(v3, x[2]);
+    let sm = b.add(x[0], x1);
+    let sm = b.add(sm, x2);
+    let mut out = Vec::with_capacity(3);
+    for j in 0..3 {
+        let tj = b.broadcast_in_dim(t[j], &d, &[]);
+        let y = b.mul(sm, tj);
+        out.push(b.sub(x[j], y));
+    }
+    let three = b.broadcast_in_dim(three, &d, &[]);
+    out[2] = b.select(three, out[2], x[2]);
+    out
+}
+
+/// Row i of a matrix m [r, c] as [c] (i 0-d).
+fn row_at(b: &mut Builder, m: Value, i: Value) -> Value {
+    let c = b.dims(m)[1];
+    let z = b.constant_i64(0, I64E);
+    let x = b.dynamic_slice(m, &[i, z], &[1, c]);
+    b.reshape(x, &[c])
+}
+
+/// Column j of a matrix m [r, c] as [r] (j 0-d).
+fn col_at(b: &mut Builder, m: Value, j: Value) -> Value {
+    let r = b.dims(m)[0];
+    let z = b.constant_i64(0, I64E);
+    let x = b.dynamic_slice(m, &[z, j], &[r, 1]);
+    b.reshape(x, &[r])
+}
+
+/// m [r, c] with row i replaced by x [c].
+fn put_row(b: &mut Builder, m: Value, i: Value, x: Value) -> Value {
+    let c = b.dims(m)[1];
+    let z = b.constant_i64(0, I64E);
+    let x = b.reshape(x, &[1, c]);
+    b.dynamic_update_slice(m, x, &[i, z])
+}
+
+/// m [r, c] with column j replaced by x [r].
+fn put_col(b: &mut Builder, m: Value, j: Value, x: Value) -> Value {
+    let r = b.dims(m)[0];
+    let z = b.constant_i64(0, I64E);
+    let x = b.reshape(x, &[r, 1]);
+    b.dynamic_update_slice(m, x, &[z, j])
+}
+
+/// The slices of `m` along `axis`, that axis dropped: the rows or columns of a thin block (or
+/// the entries of a short vector), for the 2- and 3-line updates of the QR sweep.
+fn unstack(b: &mut Builder, m: Value, axis: usize) -> Vec<Value> {
     let d = b.dims(m).to_vec();
-    let (ax, other) = if cols { (1usize, 0usize) } else { (0, 1) };
-    let pos = idx(b, &d, ax);
-    let a1 = b.broadcast_in_dim(r1, &d, &[]);
-    let a2 = b.broadcast_in_dim(r2, &d, &[]);
-    let is1 = b.compare(CmpDir::Eq, pos, a1);
-    let is2 = b.compare(CmpDir::Eq, pos, a2);
+    let mut line = d.clone();
+    line.remove(axis);
+    (0..d[axis])
+        .map(|j| {
+            let mut lo = vec![0; d.len()];
+            lo[axis] = j;
+            let mut hi = d.clone();
+            hi[axis] = j + 1;
+            let x = b.slice(m, &lo, &hi, &vec![1; d.len()]);
+            b.reshape(x, &line)
+        })
+        .collect()
+}
+
+/// The inverse of `unstack`: equal lines joined along a new `axis`.
+fn stack(b: &mut Builder, lines: &[Value], axis: usize) -> Value {
+    let mut d = b.dims(lines[0]).to_vec();
+    d.insert(axis, 1);
+    let parts: Vec<Value> = lines.iter().map(|&x| b.reshape(x, &d)).collect();
+    b.concatenate(&parts, axis as i64)
+}
+
+/// x shifted one place back along `axis`: x[.., k + 1, ..] at k, zeros filling the end.
+fn next_along(b: &mut Builder, x: Value, axis: usize) -> Value {
+    let d = b.dims(x).to_vec();
+    let zeros = vec![0; d.len()];
+    let mut lo = zeros.clone();
+    lo[axis] = 1;
+    let s = b.slice(x, &lo, &d, &vec![1; d.len()]);
+    let z = b.constant_f64(0.0, b.elem(x));
+    b.pad(s, z, &zeros, &lo, &zeros)
+}
+
+/// x shifted one place on along `axis`: x[.., k - 1, ..] at k, zeros filling the start.
+fn prev_along(b: &mut Builder, x: Value, axis: usize) -> Value {
+    let d = b.dims(x).to_vec();
+    let zeros = vec![0; d.len()];
+    let mut hi = d.clone();
+    hi[axis] -= 1;
+    let s = b.slice(x, &zeros, &hi, &vec![1; d.len()]);
+    let mut low = zeros.clone();
+    low[axis] = 1;
+    let z = b.constant_f64(0.0, b.elem(x));
+    b.pad(s, z, &low, &zeros, &zeros)
+}
+
+/// The diagonal m[k, k - off] of a square m, one entry per row k (0 where k - off is out of
+/// range): off 0 the diagonal, 1 the subdiagonal, -1 the superdiagonal.
+fn band(b: &mut Builder, m: Value, off: i64) -> Value {
+    let d = b.dims(m).to_vec();
+    let r = idx(b, &d, 0);
+    let c = idx(b, &d, 1);
+    let c = if off == 0 {
+        c
+    } else {
+        let o = ispl(b, off, &d);
+        b.add(c, o)
+    };
+    let on = b.compare(CmpDir::Eq, r, c);
     let z = spl(b, 0.0, b.elem(m), &d);
-    let only1 = b.select(is1, m, z);
-    let only2 = b.select(is2, m, z);
-    let l1 = sum_over(b, only1, &[ax as i64]);
-    let l2 = sum_over(b, only2, &[ax as i64]);
-    let l1 = b.broadcast_in_dim(l1, &d, &[other as i64]);
-    let l2 = b.broadcast_in_dim(l2, &d, &[other as i64]);
-    let y = b.select(is1, l2, m);
-    let y = b.select(is2, l1, y);
-    b.select(mask, y, m)
+    let sel = b.select(on, m, z);
+    sum_over(b, sel, &[1])
+}
+
+/// m with the entries below its subdiagonal zeroed (its upper Hessenberg part).
+fn hessenberg_part(b: &mut Builder, m: Value) -> Value {
+    let d = b.dims(m).to_vec();
+    let r = idx(b, &d, 0);
+    let c = idx(b, &d, 1);
+    let one = ispl(b, 1, &d);
+    let c1 = b.add(c, one);
+    let keep = b.compare(CmpDir::Le, r, c1);
+    let z = spl(b, 0.0, b.elem(m), &d);
+    b.select(keep, m, z)
+}
+
+/// The largest position (`pos`, an iota over cand's one dim) where `cand` holds; -1 when none.
+fn last_where(b: &mut Builder, cand: Value, pos: Value) -> Value {
+    let d = b.dims(pos).to_vec();
+    let m1 = ispl(b, -1, &d);
+    let ci = b.select(cand, pos, m1);
+    let mn = b.constant_i64(-1, I64E);
+    b.reduce(&[ci], &[mn], &[0], |b, x| vec![b.max(x[0], x[1])])[0]
+}
+
+/// m - tau v (v^T m): the Householder reflector I - tau v v^T applied to m [r, c] from the left.
+fn reflect_left(b: &mut Builder, m: Value, v: Value, tau: Value) -> Value {
+    let d = b.dims(m).to_vec();
+    let vb = b.broadcast_in_dim(v, &d, &[0]);
+    let p = b.mul(m, vb);
+    let u = sum_over(b, p, &[0]);
+    let tv = b.broadcast_in_dim(tau, &[d[1]], &[]);
+    let u = b.mul(u, tv);
+    let ub = b.broadcast_in_dim(u, &d, &[1]);
+    let upd = b.mul(vb, ub);
+    b.sub(m, upd)
+}
+
+/// m - tau (m v) v^T: the same reflector applied from the right.
+fn reflect_right(b: &mut Builder, m: Value, v: Value, tau: Value) -> Value {
+    let d = b.dims(m).to_vec();
+    let vb = b.broadcast_in_dim(v, &d, &[1]);
+    let p = b.mul(m, vb);
+    let mv = sum_over(b, p, &[1]);
+    let tv = b.broadcast_in_dim(tau, &[d[0]], &[]);
+    let w = b.mul(mv, tv);
+    let wb = b.broadcast_in_dim(w, &d, &[0]);
+    let upd = b.mul(wb, vb);
+    b.sub(m, upd)
 }
 
 /// LAPACK's dgebal(job = 'B'): permutations isolating eigenvalues (rows pushed down, then
@@ -1430,18 +1566,15 @@ fn ev_gebal(b: &mut Builder, ev: &Ev, a: Value) -> (Value, Value, Value, Value) 
             let le = b.compare(CmpDir::Le, rv, lv);
             let ok = b.not(row_bad);
             let cand = b.and(ok, le);
-            let m1 = b.splat_i64(-1, &TensorType::new(I64E, &[n]));
-            let ci = b.select(cand, rv, m1);
-            let mn = b.constant_i64(-1, I64E);
-            let j = b.reduce(&[ci], &[mn], &[0], |b, x| vec![b.max(x[0], x[1])])[0];
+            let j = last_where(b, cand, rv);
             let zero_i = ev.i(b, 0);
             let found = b.compare(CmpDir::Ge, j, zero_i);
             let jf = b.convert(j, e);
             let scale_n = ev.vset(b, scale, l, jf);
             let rows_le = b.compare(CmpDir::Le, r, lb);
-            let a1 = swap_lines(b, a, j, l, true, rows_le);
-            let all = b.broadcast_in_dim(t, &d2, &[]);
-            let a2 = swap_lines(b, a1, j, l, false, all);
+            let sw = swap_lines(b, a, j, l, 1);
+            let a1 = b.select(rows_le, sw, a);
+            let a2 = swap_lines(b, a1, j, l, 0);
             let at0 = b.compare(CmpDir::Eq, l, zero_i);
             let one_i = ev.i(b, 1);
             let l_n = b.sub(l, one_i);
@@ -1486,7 +1619,7 @@ fn ev_gebal(b: &mut Builder, ev: &Ev, a: Value) -> (Value, Value, Value, Value) 
             let ok = b.not(col_bad);
             let cand = b.and(ok, ge);
             let cand = b.and(cand, le);
-            let big = b.splat_i64(n, &TensorType::new(I64E, &[n]));
+            let big = ispl(b, n, &[n]);
             let ci = b.select(cand, cv, big);
             let mx = b.constant_i64(n, I64E);
             let j = b.reduce(&[ci], &[mx], &[0], |b, x| vec![b.min(x[0], x[1])])[0];
@@ -1496,9 +1629,11 @@ fn ev_gebal(b: &mut Builder, ev: &Ev, a: Value) -> (Value, Value, Value, Value) 
             let jf = b.convert(jc, e);
             let scale_n = ev.vset(b, scale, k, jf);
             let rows_le = b.compare(CmpDir::Le, r, lb);
-            let a1 = swap_lines(b, a, jc, k, true, rows_le);
+            let sw = swap_lines(b, a, jc, k, 1);
+            let a1 = b.select(rows_le, sw, a);
             let cols_ge = b.compare(CmpDir::Ge, c, kb);
-            let a2 = swap_lines(b, a1, jc, k, false, cols_ge);
+            let sw = swap_lines(b, a1, jc, k, 0);
+            let a2 = b.select(cols_ge, sw, a1);
             let one_i = ev.i(b, 1);
             let k_n = b.add(k, one_i);
             let a = b.select(found, a2, a);
@@ -1524,32 +1659,26 @@ fn ev_gebal(b: &mut Builder, ev: &Ev, a: Value) -> (Value, Value, Value, Value) 
             // Past the last column: another sweep if anything changed, else done.
             let past = b.compare(CmpDir::Gt, i, l);
             let ic = b.min(i, l);
-            let zero_i = ev.i(b, 0);
-            let col = b.dynamic_slice(a, &[zero_i, ic], &[n, 1]);
-            let col = b.reshape(col, &[n]);
-            let row = b.dynamic_slice(a, &[ic, zero_i], &[1, n]);
-            let row = b.reshape(row, &[n]);
+            let col = col_at(b, a, ic);
+            let row = row_at(b, a, ic);
             let pos = idx(b, &[n], 0);
             let kv = b.broadcast_in_dim(k, &[n], &[]);
             let lv = b.broadcast_in_dim(l, &[n], &[]);
             let ge_k = b.compare(CmpDir::Ge, pos, kv);
             let le_l = b.compare(CmpDir::Le, pos, lv);
             let in_kl = b.and(ge_k, le_l);
-            let zv = spl(b, 0.0, e, &[n]);
-            let csq = b.mul(col, col);
-            let csq = b.select(in_kl, csq, zv);
-            let cn = sum_over(b, csq, &[0]);
-            let cn = b.sqrt(cn);
-            let rsq = b.mul(row, row);
-            let rsq = b.select(in_kl, rsq, zv);
-            let rn = sum_over(b, rsq, &[0]);
-            let rn = b.sqrt(rn);
-            let cabs = b.abs(col);
-            let cabs = b.select(le_l, cabs, zv);
-            let ca = max_over(b, cabs, &[0]);
-            let rabs = b.abs(row);
-            let rabs = b.select(ge_k, rabs, zv);
-            let ra = max_over(b, rabs, &[0]);
+            // The 2-norm of x over rows/columns k..l, and its largest magnitude where `amax_on`.
+            let norm_and_amax = |b: &mut Builder, x: Value, amax_on: Value| -> (Value, Value) {
+                let zv = spl(b, 0.0, e, &[n]);
+                let sq = b.mul(x, x);
+                let sq = b.select(in_kl, sq, zv);
+                let nrm = sum_over(b, sq, &[0]);
+                let ax = b.abs(x);
+                let ax = b.select(amax_on, ax, zv);
+                (b.sqrt(nrm), max_over(b, ax, &[0]))
+            };
+            let (cn, ca) = norm_and_amax(b, col, le_l);
+            let (rn, ra) = norm_and_amax(b, row, ge_k);
             let zero = ev.c(b, 0.0);
             let two = ev.c(b, 2.0);
             let one = ev.c(b, 1.0);
@@ -1639,15 +1768,12 @@ fn ev_gebal(b: &mut Builder, ev: &Ev, a: Value) -> (Value, Value, Value, Value) 
             let gv = b.broadcast_in_dim(g, &[n], &[]);
             let row_s = b.mul(row, gv);
             let row_n = b.select(ge_k, row_s, row);
-            let row_n = b.reshape(row_n, &[1, n]);
-            let a1 = b.dynamic_update_slice(a, row_n, &[ic, zero_i]);
-            let col1 = b.dynamic_slice(a1, &[zero_i, ic], &[n, 1]);
-            let col1 = b.reshape(col1, &[n]);
+            let a1 = put_row(b, a, ic, row_n);
+            let col1 = col_at(b, a1, ic);
             let fvv = b.broadcast_in_dim(fv, &[n], &[]);
             let col_s = b.mul(col1, fvv);
             let col_n = b.select(le_l, col_s, col1);
-            let col_n = b.reshape(col_n, &[n, 1]);
-            let a2 = b.dynamic_update_slice(a1, col_n, &[zero_i, ic]);
+            let a2 = put_col(b, a1, ic, col_n);
             let a = b.select(apply, a2, a);
             let noconv = b.or(noconv, apply);
             // Next column, or a new sweep.
@@ -1677,8 +1803,8 @@ fn ev_larfg(b: &mut Builder, ev: &Ev, alpha: Value, x: Value) -> (Value, Value, 
     let xnorm = b.sqrt(xn);
     let zero = ev.c(b, 0.0);
     let none = b.compare(CmpDir::Eq, xnorm, zero);
-    let h = ev.lapy2(b, alpha, xnorm);
-    let beta = ev.sign(b, h, alpha);
+    let h = lapy2(b, alpha, xnorm);
+    let beta = fsign(b, h, alpha);
     let beta = b.neg(beta);
     let bma = b.sub(beta, alpha);
     let tau = b.div(bma, beta);
@@ -1712,11 +1838,9 @@ fn ev_hessenberg(b: &mut Builder, ev: &Ev, a: Value, ilo: Value, ihi: Value) -> 
         },
         |b, v| {
             let (i, a, vs, taus) = (v[0], v[1], v[2], v[3]);
-            let zero_i = ev.i(b, 0);
             let one_i = ev.i(b, 1);
             let pos = idx(b, &[n], 0);
-            let col = b.dynamic_slice(a, &[zero_i, i], &[n, 1]);
-            let col = b.reshape(col, &[n]);
+            let col = col_at(b, a, i);
             let i1 = b.add(i, one_i);
             let i1v = b.broadcast_in_dim(i1, &[n], &[]);
             let hv = b.broadcast_in_dim(ihi, &[n], &[]);
@@ -1732,46 +1856,24 @@ fn ev_hessenberg(b: &mut Builder, ev: &Ev, a: Value, ilo: Value, ihi: Value) -> 
             let onev = spl(b, 1.0, e, &[n]);
             let vv = b.select(at1, onev, xs);
             // Right: A[0..ihi, :] -= tau (A v) v^T.
-            let av = {
-                let vb = b.broadcast_in_dim(vv, &d2, &[1]);
-                let p = b.mul(a, vb);
-                sum_over(b, p, &[1])
-            };
-            let tv = b.broadcast_in_dim(tau, &[n], &[]);
-            let w = b.mul(av, tv);
-            let wb = b.broadcast_in_dim(w, &d2, &[0]);
-            let vb = b.broadcast_in_dim(vv, &d2, &[1]);
-            let upd = b.mul(wb, vb);
-            let a_r = b.sub(a, upd);
+            let a_r = reflect_right(b, a, vv, tau);
             let r = idx(b, &d2, 0);
             let c = idx(b, &d2, 1);
             let hb = b.broadcast_in_dim(ihi, &d2, &[]);
             let rows_ok = b.compare(CmpDir::Le, r, hb);
             let a = b.select(rows_ok, a_r, a);
             // Left: A[:, i+1..] -= tau v (v^T A).
-            let va = {
-                let vb = b.broadcast_in_dim(vv, &d2, &[0]);
-                let p = b.mul(a, vb);
-                sum_over(b, p, &[0])
-            };
-            let u = b.mul(va, tv);
-            let ub = b.broadcast_in_dim(u, &d2, &[1]);
-            let vb0 = b.broadcast_in_dim(vv, &d2, &[0]);
-            let upd = b.mul(vb0, ub);
-            let a_l = b.sub(a, upd);
+            let a_l = reflect_left(b, a, vv, tau);
             let i1b = b.broadcast_in_dim(i1, &d2, &[]);
             let cols_ok = b.compare(CmpDir::Ge, c, i1b);
             let a = b.select(cols_ok, a_l, a);
             // Column i: beta at i + 1, zeros below (the reflector is kept apart).
-            let colf = b.dynamic_slice(a, &[zero_i, i], &[n, 1]);
-            let colf = b.reshape(colf, &[n]);
+            let colf = col_at(b, a, i);
             let betav = b.broadcast_in_dim(beta, &[n], &[]);
             let colf = b.select(at1, betav, colf);
             let colf = b.select(tail, zv, colf);
-            let colf = b.reshape(colf, &[n, 1]);
-            let a = b.dynamic_update_slice(a, colf, &[zero_i, i]);
-            let vcol = b.reshape(vv, &[n, 1]);
-            let vs = b.dynamic_update_slice(vs, vcol, &[zero_i, i]);
+            let a = put_col(b, a, i, colf);
+            let vs = put_col(b, vs, i, vv);
             let taus = ev.vset(b, taus, i, tau);
             vec![i1, a, vs, taus]
         },
@@ -1793,30 +1895,14 @@ fn ev_hessenberg(b: &mut Builder, ev: &Ev, a: Value, ilo: Value, ihi: Value) -> 
         |b, v| b.compare(CmpDir::Ge, v[0], ilo),
         |b, v| {
             let (i, q) = (v[0], v[1]);
-            let zero_i = ev.i(b, 0);
-            let vcol = b.dynamic_slice(vs, &[zero_i, i], &[n, 1]);
-            let vv = b.reshape(vcol, &[n]);
+            let vv = col_at(b, vs, i);
             let tau = ev.vat(b, taus, i);
-            let vb = b.broadcast_in_dim(vv, &d2, &[0]);
-            let p = b.mul(q, vb);
-            let u = sum_over(b, p, &[0]);
-            let tv = b.broadcast_in_dim(tau, &[n], &[]);
-            let u = b.mul(u, tv);
-            let ub = b.broadcast_in_dim(u, &d2, &[1]);
-            let upd = b.mul(vb, ub);
-            let q = b.sub(q, upd);
+            let q = reflect_left(b, q, vv, tau);
             let one_i = ev.i(b, 1);
             vec![b.sub(i, one_i), q]
         },
     );
-    // Zero below the subdiagonal.
-    let r = idx(b, &d2, 0);
-    let c = idx(b, &d2, 1);
-    let one = b.splat_i64(1, &TensorType::new(I64E, &d2));
-    let c1 = b.add(c, one);
-    let keep = b.compare(CmpDir::Le, r, c1);
-    let z = spl(b, 0.0, e, &d2);
-    (b.select(keep, h, z), q[1])
+    (hessenberg_part(b, h), q[1])
 }
 
 /// LAPACK's dlanv2: the Schur factorization of a real 2x2 block in standard form (a 2x2
@@ -1842,8 +1928,8 @@ fn ev_lanv2(b: &mut Builder, ev: &Ev, a: Value, bb: Value, c: Value, d: Value) -
     let ac = b.abs(c);
     let bcmax = b.max(ab, ac);
     let bcmis0 = b.min(ab, ac);
-    let sb = ev.sign(b, one, bb);
-    let sc = ev.sign(b, one, c);
+    let sb = fsign(b, one, bb);
+    let sc = fsign(b, one, c);
     let bcmis = b.mul(bcmis0, sb);
     let bcmis = b.mul(bcmis, sc);
     let pa = b.abs(p);
@@ -1859,13 +1945,13 @@ fn ev_lanv2(b: &mut Builder, ev: &Ev, a: Value, bb: Value, c: Value, d: Value) -
         let s1 = b.sqrt(scale);
         let s2 = b.sqrt(z);
         let s12 = b.mul(s1, s2);
-        let sg = ev.sign(b, s12, p);
+        let sg = fsign(b, s12, p);
         let zz = b.add(p, sg);
         let na = b.add(d, zz);
         let t = b.div(bcmax, zz);
         let t = b.mul(t, bcmis);
         let nd = b.sub(d, t);
-        let tau = ev.lapy2(b, c, zz);
+        let tau = lapy2(b, c, zz);
         let cs = b.div(zz, tau);
         let sn = b.div(c, tau);
         let nb = b.sub(bb, c);
@@ -1874,7 +1960,7 @@ fn ev_lanv2(b: &mut Builder, ev: &Ev, a: Value, bb: Value, c: Value, d: Value) -
     // Complex (or nearly equal real) eigenvalues: equal diagonals.
     let (ca, cb, cc, cd, ccs, csn) = {
         let sigma = b.add(bb, c);
-        let tau = ev.lapy2(b, sigma, temp);
+        let tau = lapy2(b, sigma, temp);
         let sa = b.abs(sigma);
         let q = b.div(sa, tau);
         let q = b.add(one, q);
@@ -1882,39 +1968,15 @@ fn ev_lanv2(b: &mut Builder, ev: &Ev, a: Value, bb: Value, c: Value, d: Value) -
         let cs = b.sqrt(q);
         let tc = b.mul(tau, cs);
         let pq = b.div(p, tc);
-        let ss = ev.sign(b, one, sigma);
+        let ss = fsign(b, one, sigma);
         let sn = b.mul(pq, ss);
         let sn = b.neg(sn);
         // [aa bb; cc dd] = [a b; c d] [cs -sn; sn cs]
-        let t1 = b.mul(a, cs);
-        let t2 = b.mul(bb, sn);
-        let aa = b.add(t1, t2);
-        let t1 = b.mul(a, sn);
-        let t1 = b.neg(t1);
-        let t2 = b.mul(bb, cs);
-        let bbb = b.add(t1, t2);
-        let t1 = b.mul(c, cs);
-        let t2 = b.mul(d, sn);
-        let cc = b.add(t1, t2);
-        let t1 = b.mul(c, sn);
-        let t1 = b.neg(t1);
-        let t2 = b.mul(d, cs);
-        let dd = b.add(t1, t2);
+        let (aa, bbb) = plane_rot(b, a, bb, cs, sn);
+        let (cc, dd) = plane_rot(b, c, d, cs, sn);
         // [a b; c d] = [cs sn; -sn cs] [aa bb; cc dd]
-        let t1 = b.mul(aa, cs);
-        let t2 = b.mul(cc, sn);
-        let na = b.add(t1, t2);
-        let t1 = b.mul(bbb, cs);
-        let t2 = b.mul(dd, sn);
-        let nb = b.add(t1, t2);
-        let t1 = b.mul(aa, sn);
-        let t1 = b.neg(t1);
-        let t2 = b.mul(cc, cs);
-        let nc = b.add(t1, t2);
-        let t1 = b.mul(bbb, sn);
-        let t1 = b.neg(t1);
-        let t2 = b.mul(dd, cs);
-        let nd = b.add(t1, t2);
+        let (na, nc) = plane_rot(b, aa, cc, cs, sn);
+        let (nb, nd) = plane_rot(b, bbb, dd, cs, sn);
         let s = b.add(na, nd);
         let tm = b.mul(half, s);
         // c != 0 and b != 0 with equal signs: real after all, triangularize.
@@ -1933,7 +1995,7 @@ fn ev_lanv2(b: &mut Builder, ev: &Ev, a: Value, bb: Value, c: Value, d: Value) -
         let sac = b.abs(nc);
         let sac = b.sqrt(sac);
         let sp = b.mul(sab, sac);
-        let pp = ev.sign(b, sp, nc);
+        let pp = fsign(b, sp, nc);
         let bc = b.add(nb, nc);
         let bc = b.abs(bc);
         let bc = b.sqrt(bc);
@@ -1965,32 +2027,13 @@ fn ev_lanv2(b: &mut Builder, ev: &Ev, a: Value, bb: Value, c: Value, d: Value) -
         let rsn = b.select(swp, cs, rsn);
         (ra, rb, rc, rd, rcs, rsn)
     };
-    let ga = b.select(real, ra, ca);
-    let gb = b.select(real, rb, cb);
-    let gc = b.select(real, zero, cc);
-    let gd = b.select(real, rd, cd);
-    let gcs = b.select(real, rcs, ccs);
-    let gsn = b.select(real, rsn, csn);
-    // Special cases first.
+    // (a, b, c, d, cs, sn) of the general case, then the special cases over it (c == 0 first).
+    let g = select_all(b, real, &[ra, rb, zero, rd, rcs, rsn], &[ca, cb, cc, cd, ccs, csn]);
     let nbc = b.neg(c);
-    let fa = b.select(case3, a, ga);
-    let fb = b.select(case3, bb, gb);
-    let fc = b.select(case3, c, gc);
-    let fd = b.select(case3, d, gd);
-    let fcs = b.select(case3, one, gcs);
-    let fsn = b.select(case3, zero, gsn);
-    let fa = b.select(b_zero, d, fa);
-    let fb = b.select(b_zero, nbc, fb);
-    let fc = b.select(b_zero, zero, fc);
-    let fd = b.select(b_zero, a, fd);
-    let fcs = b.select(b_zero, zero, fcs);
-    let fsn = b.select(b_zero, one, fsn);
-    let fa = b.select(c_zero, a, fa);
-    let fb = b.select(c_zero, bb, fb);
-    let fc = b.select(c_zero, c, fc);
-    let fd = b.select(c_zero, d, fd);
-    let fcs = b.select(c_zero, one, fcs);
-    let fsn = b.select(c_zero, zero, fsn);
+    let f = select_all(b, case3, &[a, bb, c, d, one, zero], &g);
+    let f = select_all(b, b_zero, &[d, nbc, zero, a, zero, one], &f);
+    let f = select_all(b, c_zero, &[a, bb, c, d, one, zero], &f);
+    let (fa, fb, fc, fd, fcs, fsn) = (f[0], f[1], f[2], f[3], f[4], f[5]);
     let fc0 = b.compare(CmpDir::Eq, fc, zero);
     let sbv = b.abs(fb);
     let sbv = b.sqrt(sbv);
@@ -2016,49 +2059,32 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
     let z = b.pad(z, zero_e, &[0, 0], &[0, np - n], &[0, 0]);
     // Eigenvalues isolated by the balancing are the diagonal.
     let diag0 = {
-        let d2 = [np, np];
-        let r = idx(b, &d2, 0);
-        let c = idx(b, &d2, 1);
-        let on = b.compare(CmpDir::Eq, r, c);
-        let zz = spl(b, 0.0, e, &d2);
-        let m = b.select(on, h, zz);
-        let dg = sum_over(b, m, &[1]);
+        let dg = band(b, h, 0);
         b.slice(dg, &[0], &[n], &[1])
     };
     let wi0 = spl(b, 0.0, e, &[n]);
+    // The active block's size ihi - ilo + 1.
     let nh = {
         let d = b.sub(ihi, ilo);
         let one = ev.i(b, 1);
-        let d = b.add(d, one);
-        b.convert(d, e)
+        b.add(d, one)
     };
     let ulp = ev.ulp();
     let smlnum = {
         let u = ev.c(b, ulp);
-        let q = b.div(nh, u);
+        let nhf = b.convert(nh, e);
+        let q = b.div(nhf, u);
         let s = ev.c(b, ev.safmin());
         b.mul(s, q)
     };
     let itmax = {
-        let d = b.sub(ihi, ilo);
-        let one = ev.i(b, 1);
-        let d = b.add(d, one);
         let ten = ev.i(b, 10);
-        let m = b.max(d, ten);
+        let m = b.max(nh, ten);
         let t = ev.i(b, 30);
         b.mul(m, t)
     };
     // Clear below the subdiagonal (the "trash").
-    let h = {
-        let d2 = [np, np];
-        let r = idx(b, &d2, 0);
-        let c = idx(b, &d2, 1);
-        let one = b.splat_i64(1, &TensorType::new(I64E, &d2));
-        let c1 = b.add(c, one);
-        let keep = b.compare(CmpDir::Le, r, c1);
-        let zz = spl(b, 0.0, e, &d2);
-        b.select(keep, h, zz)
-    };
+    let h = hessenberg_part(b, h);
     let zero_i = ev.i(b, 0);
     let fl = b.constant_bool(false);
     // State: H, Z, wr, wi, i, l, its, kdefl, failed.
@@ -2076,35 +2102,11 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
             let zero_i = ev.i(b, 0);
             let zero = ev.c(b, 0.0);
             // Diagonals of H: d[k] = H[k, k], sub[k] = H[k, k-1], sup[k] = H[k, k+1].
-            let (dg, sub, sup) = {
-                let d2 = [np, np];
-                let r = idx(b, &d2, 0);
-                let c = idx(b, &d2, 1);
-                let zz = spl(b, 0.0, e, &d2);
-                let on = b.compare(CmpDir::Eq, r, c);
-                let m = b.select(on, h, zz);
-                let dg = sum_over(b, m, &[1]);
-                let one = b.splat_i64(1, &TensorType::new(I64E, &d2));
-                let c1 = b.add(c, one);
-                let on = b.compare(CmpDir::Eq, r, c1);
-                let m = b.select(on, h, zz);
-                let sub = sum_over(b, m, &[1]);
-                let r1 = b.add(r, one);
-                let on = b.compare(CmpDir::Eq, r1, c);
-                let m = b.select(on, h, zz);
-                let sup = sum_over(b, m, &[1]);
-                (dg, sub, sup)
-            };
+            let (dg, sub, sup) = (band(b, h, 0), band(b, h, 1), band(b, h, -1));
             let kpos = idx(b, &[np], 0);
             // Shifted copies: prev[k] = x[k-1], next[k] = x[k+1] (zeros past the ends).
-            let prev = |b: &mut Builder, x: Value| -> Value {
-                let s = b.slice(x, &[0], &[np - 1], &[1]);
-                b.pad(s, zero_e, &[1], &[0], &[0])
-            };
-            let next = |b: &mut Builder, x: Value| -> Value {
-                let s = b.slice(x, &[1], &[np], &[1]);
-                b.pad(s, zero_e, &[0], &[1], &[0])
-            };
+            let prev = |b: &mut Builder, x: Value| prev_along(b, x, 0);
+            let next = |b: &mut Builder, x: Value| next_along(b, x, 0);
             // Deflation: the largest k in (l, i] whose subdiagonal is negligible.
             let l_new = {
                 let hk = b.abs(sub);
@@ -2119,14 +2121,14 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                 let subn = next(b, sub);
                 let asubn = b.abs(subn);
                 let km2 = {
-                    let t = b.splat_i64(2, &TensorType::new(I64E, &[np]));
+                    let t = ispl(b, 2, &[np]);
                     b.sub(kpos, t)
                 };
                 let ilov = b.broadcast_in_dim(ilo, &[np], &[]);
                 let ihiv = b.broadcast_in_dim(ihi, &[np], &[]);
                 let c1 = b.compare(CmpDir::Ge, km2, ilov);
                 let kp1 = {
-                    let t = b.splat_i64(1, &TensorType::new(I64E, &[np]));
+                    let t = ispl(b, 1, &[np]);
                     b.add(kpos, t)
                 };
                 let c2 = b.compare(CmpDir::Le, kp1, ihiv);
@@ -2167,10 +2169,7 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                 let le_i = b.compare(CmpDir::Le, kpos, iv);
                 let cand = b.and(neg, gt_l);
                 let cand = b.and(cand, le_i);
-                let m1 = b.splat_i64(-1, &TensorType::new(I64E, &[np]));
-                let ck = b.select(cand, kpos, m1);
-                let mn = b.constant_i64(-1, I64E);
-                let k = b.reduce(&[ck], &[mn], &[0], |b, x| vec![b.max(x[0], x[1])])[0];
+                let k = last_where(b, cand, kpos);
                 b.max(k, l)
             };
             // H[l, l-1] = 0 when l > ilo.
@@ -2226,14 +2225,9 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                 let t = b.mul(dat1, s_top);
                 let et11 = b.add(t, hll);
                 let et12 = b.mul(dat2, s_top);
-                let h11 = b.select(ex_bot, eb11, h11);
-                let h12 = b.select(ex_bot, eb12, h12);
-                let h21 = b.select(ex_bot, s_bot, h21);
-                let h22 = b.select(ex_bot, eb11, h22);
-                let h11 = b.select(ex_top, et11, h11);
-                let h12 = b.select(ex_top, et12, h12);
-                let h21 = b.select(ex_top, s_top, h21);
-                let h22 = b.select(ex_top, et11, h22);
+                let hs = select_all(b, ex_bot, &[eb11, eb12, s_bot, eb11], &[h11, h12, h21, h22]);
+                let hs = select_all(b, ex_top, &[et11, et12, s_top, et11], &hs);
+                let (h11, h12, h21, h22) = (hs[0], hs[1], hs[2], hs[3]);
                 let a11 = b.abs(h11);
                 let a12 = b.abs(h12);
                 let a21 = b.abs(h21);
@@ -2274,11 +2268,8 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                 let rt2r = rt1r;
                 let rt1i = b.select(cplx, c1i, zero);
                 let rt2i = b.select(cplx, c2i, zero);
-                let rt1r = b.select(s_zero, zero, rt1r);
-                let rt2r = b.select(s_zero, zero, rt2r);
-                let rt1i = b.select(s_zero, zero, rt1i);
-                let rt2i = b.select(s_zero, zero, rt2i);
-                (rt1r, rt1i, rt2r, rt2i)
+                let rt = select_all(b, s_zero, &[zero; 4], &[rt1r, rt1i, rt2r, rt2i]);
+                (rt[0], rt[1], rt[2], rt[3])
             };
             // Where to start the sweep: the lowest m in [l, i-2] (searching up from i-2) whose
             // bulge would make H[m, m-1] negligible; its first reflector vector.
@@ -2348,10 +2339,7 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                 let le = b.compare(CmpDir::Le, kpos, im2v);
                 let cand = b.and(stop, ge_l);
                 let cand = b.and(cand, le);
-                let m1 = b.splat_i64(-1, &TensorType::new(I64E, &[np]));
-                let cm = b.select(cand, kpos, m1);
-                let mn = b.constant_i64(-1, I64E);
-                let m = b.reduce(&[cm], &[mn], &[0], |b, x| vec![b.max(x[0], x[1])])[0];
+                let m = last_where(b, cand, kpos);
                 let m = b.max(m, l_new);
                 let v1m = pick1(b, v1, m);
                 let v2m = pick1(b, v2, m);
@@ -2380,27 +2368,16 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                     let km1c = b.max(km1, zero_i);
                     let colv = b.dynamic_slice(h, &[k, km1c], &[3, 1]);
                     let colv = b.reshape(colv, &[3]);
-                    let c0 = b.slice(colv, &[0], &[1], &[1]);
-                    let c0 = b.reshape(c0, &[]);
-                    let c1 = b.slice(colv, &[1], &[2], &[1]);
-                    let c1 = b.reshape(c1, &[]);
-                    let c2 = b.slice(colv, &[2], &[3], &[1]);
-                    let c2 = b.reshape(c2, &[]);
-                    let va = b.select(after, c0, v[3]);
-                    let vb = b.select(after, c1, v[4]);
-                    let vc = b.select(after, c2, v[5]);
+                    let cv = unstack(b, colv, 0);
+                    let va = b.select(after, cv[0], v[3]);
+                    let vb = b.select(after, cv[1], v[4]);
+                    let vc = b.select(after, cv[2], v[5]);
                     let vc = b.select(nr3, vc, zero);
-                    let xs = {
-                        let b1 = b.reshape(vb, &[1]);
-                        let c1 = b.reshape(vc, &[1]);
-                        b.concatenate(&[b1, c1], 0)
-                    };
+                    let xs = stack(b, &[vb, vc], 0);
                     let (beta, t1, xv) = ev_larfg(b, ev, va, xs);
-                    let v2 = b.slice(xv, &[0], &[1], &[1]);
-                    let v2 = b.reshape(v2, &[]);
-                    let v3 = b.slice(xv, &[1], &[2], &[1]);
-                    let v3 = b.reshape(v3, &[]);
-                    let v3 = b.select(nr3, v3, zero);
+                    let xv = unstack(b, xv, 0);
+                    let v2 = xv[0];
+                    let v3 = b.select(nr3, xv[1], zero);
                     // Column k-1 after the first step: beta, then zeros.
                     let h = {
                         let cur = ev.at(b, h, k, km1c);
@@ -2425,79 +2402,34 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                     };
                     let t2 = b.mul(t1, v2);
                     let t3 = b.mul(t1, v3);
-                    let (v2r, v3r, t1r, t2r, t3r) = {
-                        let s = |b: &mut Builder, x: Value, d: &[i64]| b.broadcast_in_dim(x, d, &[]);
-                        let d = [np];
-                        (s(b, v2, &d), s(b, v3, &d), s(b, t1, &d), s(b, t2, &d), s(b, t3, &d))
-                    };
+                    let t = [t1, t2, t3];
                     // From the left: rows k..k+2, columns k..n-1.
                     let rows = b.dynamic_slice(h, &[k, zero_i], &[3, np]);
-                    let r0 = b.slice(rows, &[0, 0], &[1, np], &[1, 1]);
-                    let r0 = b.reshape(r0, &[np]);
-                    let r1 = b.slice(rows, &[1, 0], &[2, np], &[1, 1]);
-                    let r1 = b.reshape(r1, &[np]);
-                    let r2 = b.slice(rows, &[2, 0], &[3, np], &[1, 1]);
-                    let r2 = b.reshape(r2, &[np]);
-                    let x1 = b.mul(v2r, r1);
-                    let x2 = b.mul(v3r, r2);
-                    let sm = b.add(r0, x1);
-                    let sm = b.add(sm, x2);
-                    let y0 = b.mul(sm, t1r);
-                    let n0 = b.sub(r0, y0);
-                    let y1 = b.mul(sm, t2r);
-                    let n1 = b.sub(r1, y1);
-                    let y2 = b.mul(sm, t3r);
-                    let n2 = b.sub(r2, y2);
+                    let r = unstack(b, rows, 0);
+                    let nw = reflect3(b, &r, [v2, v3], t, nr3);
                     let kv = b.broadcast_in_dim(k, &[np], &[]);
                     let cols_ok = b.compare(CmpDir::Ge, kpos, kv);
-                    let nn = b.splat_i64(n, &TensorType::new(I64E, &[np]));
+                    let nn = ispl(b, n, &[np]);
                     let in_n = b.compare(CmpDir::Lt, kpos, nn);
                     let cols_ok = b.and(cols_ok, in_n);
-                    let n0 = b.select(cols_ok, n0, r0);
-                    let n1 = b.select(cols_ok, n1, r1);
-                    let n2 = b.select(nr3, n2, r2);
-                    let n2 = b.select(cols_ok, n2, r2);
-                    let n0 = b.reshape(n0, &[1, np]);
-                    let n1 = b.reshape(n1, &[1, np]);
-                    let n2 = b.reshape(n2, &[1, np]);
-                    let rows = b.concatenate(&[n0, n1, n2], 0);
+                    let nw = select_all(b, cols_ok, &nw, &r);
+                    let rows = stack(b, &nw, 0);
                     let h = b.dynamic_update_slice(h, rows, &[k, zero_i]);
                     // From the right: columns k..k+2, rows 0..min(k+3, i).
                     let apply_right = |b: &mut Builder, m: Value, rows_n: i64, limit: Option<Value>| -> Value {
                         let cols = b.dynamic_slice(m, &[zero_i, k], &[rows_n, 3]);
-                        let c0 = b.slice(cols, &[0, 0], &[rows_n, 1], &[1, 1]);
-                        let c0 = b.reshape(c0, &[rows_n]);
-                        let c1 = b.slice(cols, &[0, 1], &[rows_n, 2], &[1, 1]);
-                        let c1 = b.reshape(c1, &[rows_n]);
-                        let c2 = b.slice(cols, &[0, 2], &[rows_n, 3], &[1, 1]);
-                        let c2 = b.reshape(c2, &[rows_n]);
-                        let s = |b: &mut Builder, x: Value| b.broadcast_in_dim(x, &[rows_n], &[]);
-                        let (v2r, v3r, t1r, t2r, t3r) = (s(b, v2), s(b, v3), s(b, t1), s(b, t2), s(b, t3));
-                        let x1 = b.mul(v2r, c1);
-                        let x2 = b.mul(v3r, c2);
-                        let sm = b.add(c0, x1);
-                        let sm = b.add(sm, x2);
-                        let y0 = b.mul(sm, t1r);
-                        let n0 = b.sub(c0, y0);
-                        let y1 = b.mul(sm, t2r);
-                        let n1 = b.sub(c1, y1);
-                        let y2 = b.mul(sm, t3r);
-                        let n2 = b.sub(c2, y2);
-                        let nr3v = b.broadcast_in_dim(nr3, &[rows_n], &[]);
-                        let n2 = b.select(nr3v, n2, c2);
-                        let (n0, n1, n2) = match limit {
+                        let c = unstack(b, cols, 1);
+                        let nw = reflect3(b, &c, [v2, v3], t, nr3);
+                        let nw = match limit {
                             Some(lim) => {
                                 let pos = idx(b, &[rows_n], 0);
                                 let lv = b.broadcast_in_dim(lim, &[rows_n], &[]);
                                 let ok = b.compare(CmpDir::Le, pos, lv);
-                                (b.select(ok, n0, c0), b.select(ok, n1, c1), b.select(ok, n2, c2))
+                                select_all(b, ok, &nw, &c)
                             }
-                            None => (n0, n1, n2),
+                            None => nw,
                         };
-                        let n0 = b.reshape(n0, &[rows_n, 1]);
-                        let n1 = b.reshape(n1, &[rows_n, 1]);
-                        let n2 = b.reshape(n2, &[rows_n, 1]);
-                        let cols = b.concatenate(&[n0, n1, n2], 1);
+                        let cols = stack(b, &nw, 1);
                         b.dynamic_update_slice(m, cols, &[zero_i, k])
                     };
                     let k3 = b.add(k, three);
@@ -2523,57 +2455,30 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
                 let h2 = ev.set(b, h2, i, im1c, nc);
                 let h2 = ev.set(b, h2, i, i, nd);
                 // Rotate rows i-1, i (columns > i) and columns i-1, i (rows < i-1), and Z.
-                let csv = b.broadcast_in_dim(cs, &[np], &[]);
-                let snv = b.broadcast_in_dim(sn, &[np], &[]);
-                let rot = |b: &mut Builder, x: Value, y: Value, csv: Value, snv: Value| -> (Value, Value) {
-                    let a1 = b.mul(csv, x);
-                    let a2 = b.mul(snv, y);
-                    let nx = b.add(a1, a2);
-                    let b1 = b.mul(csv, y);
-                    let b2 = b.mul(snv, x);
-                    let ny = b.sub(b1, b2);
-                    (nx, ny)
+                // rotate_pair: lines i-1 and i of m along `axis` (rows 0, columns 1) rotated by
+                // (cs, sn), changed only where `keep` holds along them.
+                let rotate_pair = |b: &mut Builder, m: Value, axis: usize, keep: Option<Value>| -> Value {
+                    let len = b.dims(m)[1 - axis];
+                    let (start, size) = if axis == 0 { ([im1c, zero_i], [2, len]) } else { ([zero_i, im1c], [len, 2]) };
+                    let blk = b.dynamic_slice(m, &start, &size);
+                    let xy = unstack(b, blk, axis);
+                    let csv = b.broadcast_in_dim(cs, &[len], &[]);
+                    let snv = b.broadcast_in_dim(sn, &[len], &[]);
+                    let (nx, ny) = plane_rot(b, xy[0], xy[1], csv, snv);
+                    let nw = match keep {
+                        Some(k) => select_all(b, k, &[nx, ny], &xy),
+                        None => vec![nx, ny],
+                    };
+                    let blk = stack(b, &nw, axis);
+                    b.dynamic_update_slice(m, blk, &start)
                 };
-                let rows = b.dynamic_slice(h2, &[im1c, zero_i], &[2, np]);
-                let x = b.slice(rows, &[0, 0], &[1, np], &[1, 1]);
-                let x = b.reshape(x, &[np]);
-                let y = b.slice(rows, &[1, 0], &[2, np], &[1, 1]);
-                let y = b.reshape(y, &[np]);
-                let (nx, ny) = rot(b, x, y, csv, snv);
                 let iv = b.broadcast_in_dim(i, &[np], &[]);
                 let gt = b.compare(CmpDir::Gt, kpos, iv);
-                let nx = b.select(gt, nx, x);
-                let ny = b.select(gt, ny, y);
-                let nx = b.reshape(nx, &[1, np]);
-                let ny = b.reshape(ny, &[1, np]);
-                let rows = b.concatenate(&[nx, ny], 0);
-                let h2 = b.dynamic_update_slice(h2, rows, &[im1c, zero_i]);
-                let cols = b.dynamic_slice(h2, &[zero_i, im1c], &[np, 2]);
-                let x = b.slice(cols, &[0, 0], &[np, 1], &[1, 1]);
-                let x = b.reshape(x, &[np]);
-                let y = b.slice(cols, &[0, 1], &[np, 2], &[1, 1]);
-                let y = b.reshape(y, &[np]);
-                let (nx, ny) = rot(b, x, y, csv, snv);
+                let h2 = rotate_pair(b, h2, 0, Some(gt));
                 let im1v = b.broadcast_in_dim(im1c, &[np], &[]);
                 let lt = b.compare(CmpDir::Lt, kpos, im1v);
-                let nx = b.select(lt, nx, x);
-                let ny = b.select(lt, ny, y);
-                let nx = b.reshape(nx, &[np, 1]);
-                let ny = b.reshape(ny, &[np, 1]);
-                let cols = b.concatenate(&[nx, ny], 1);
-                let h2 = b.dynamic_update_slice(h2, cols, &[zero_i, im1c]);
-                let zc = b.dynamic_slice(z, &[zero_i, im1c], &[n, 2]);
-                let x = b.slice(zc, &[0, 0], &[n, 1], &[1, 1]);
-                let x = b.reshape(x, &[n]);
-                let y = b.slice(zc, &[0, 1], &[n, 2], &[1, 1]);
-                let y = b.reshape(y, &[n]);
-                let csn = b.broadcast_in_dim(cs, &[n], &[]);
-                let snn = b.broadcast_in_dim(sn, &[n], &[]);
-                let (nx, ny) = rot(b, x, y, csn, snn);
-                let nx = b.reshape(nx, &[n, 1]);
-                let ny = b.reshape(ny, &[n, 1]);
-                let zcols = b.concatenate(&[nx, ny], 1);
-                let z2 = b.dynamic_update_slice(z, zcols, &[zero_i, im1c]);
+                let h2 = rotate_pair(b, h2, 1, Some(lt));
+                let z2 = rotate_pair(b, z, 1, None);
                 let wr2 = ev.vset(b, wr, im1c, r1r);
                 let wr2 = ev.vset(b, wr2, i, r2r);
                 let wi2 = ev.vset(b, wi, im1c, r1i);
@@ -2612,17 +2517,6 @@ fn ev_lahqr(b: &mut Builder, ev: &Ev, h: Value, z: Value, ilo: Value, ihi: Value
     (t, zf, wr, wi)
 }
 
-/// v[idx] of a 1-d v (idx a 0-d int64), by masked sum.
-fn pick1(b: &mut Builder, v: Value, at: Value) -> Value {
-    let d = b.dims(v).to_vec();
-    let i = idx(b, &d, 0);
-    let a = b.broadcast_in_dim(at, &d, &[]);
-    let on = b.compare(CmpDir::Eq, i, a);
-    let z = spl(b, 0.0, b.elem(v), &d);
-    let m = b.select(on, v, z);
-    sum_over(b, m, &[0])
-}
-
 /// A real value as a complex one (zero imaginary part).
 fn cplx(b: &mut Builder, re: Value) -> Value {
     let d = b.dims(re).to_vec();
@@ -2646,32 +2540,15 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
     // Subdiagonal and diagonal of T.
     let r = idx(b, &d2, 0);
     let c = idx(b, &d2, 1);
-    let zz = spl(b, 0.0, e, &d2);
-    let on = b.compare(CmpDir::Eq, r, c);
-    let m = b.select(on, t, zz);
-    let dg = sum_over(b, m, &[1]);
-    let one2 = b.splat_i64(1, &TensorType::new(I64E, &d2));
-    let c1 = b.add(c, one2);
-    let on = b.compare(CmpDir::Eq, r, c1);
-    let m = b.select(on, t, zz);
-    let sub = sum_over(b, m, &[1]); // sub[k] = T[k, k-1]
-    let r1 = b.add(r, one2);
-    let on = b.compare(CmpDir::Eq, r1, c);
-    let m = b.select(on, t, zz);
-    let sup = sum_over(b, m, &[1]); // sup[k] = T[k, k+1]
-    let zero_e = b.constant_f64(0.0, e);
-    let sub_next = {
-        let s = b.slice(sub, &[1], &[n], &[1]);
-        b.pad(s, zero_e, &[0], &[1], &[0])
-    }; // T[k+1, k]
+    let dg = band(b, t, 0);
+    let sub = band(b, t, 1); // sub[k] = T[k, k-1]
+    let sup = band(b, t, -1); // sup[k] = T[k, k+1]
+    let sub_next = next_along(b, sub, 0); // T[k+1, k]
     let zv = spl(b, 0.0, e, &[n]);
     let second = b.compare(CmpDir::Ne, sub, zv);
     let first = b.compare(CmpDir::Ne, sub_next, zv);
     // Eigenvalue of each column: a pair's first column takes wr + i wi (wi > 0).
-    let dg_next = {
-        let s = b.slice(dg, &[1], &[n], &[1]);
-        b.pad(s, zero_e, &[0], &[1], &[0])
-    };
+    let dg_next = next_along(b, dg, 0);
     let wi = {
         let a = b.abs(sub_next);
         let a = b.sqrt(a);
@@ -2708,13 +2585,12 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
         let diag_val = b.select(first, p1, onev);
         let diag_val = cplx(b, diag_val);
         let below = b.complex(zv, p2);
-        let cz = {
-            let zc = spl(b, 0.0, e, &d2);
-            b.complex(zc, zc)
-        };
+        let cz = cspl(b, 0.0, e, &d2);
         let on = b.compare(CmpDir::Eq, r, c);
         let dv = b.broadcast_in_dim(diag_val, &d2, &[1]);
         let x = b.select(on, dv, cz);
+        let one2 = ispl(b, 1, &d2);
+        let c1 = b.add(c, one2);
         let onb = b.compare(CmpDir::Eq, r, c1);
         let fb = b.broadcast_in_dim(first, &d2, &[1]);
         let onb = b.and(onb, fb);
@@ -2729,10 +2605,7 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
     let tx = b.dot_general(tc, x0, &[], &[], &[1], &[0], ce);
     let rhs0 = b.neg(tx);
     // Rows below each column's start are solved; the start is the column itself.
-    let cz = {
-        let zc = spl(b, 0.0, e, &d2);
-        b.complex(zc, zc)
-    };
+    let cz = cspl(b, 0.0, e, &d2);
     let above = b.compare(CmpDir::Lt, r, c);
     let rhs0 = b.select(above, rhs0, cz);
     let nm1 = ev.i(b, n - 1);
@@ -2759,18 +2632,8 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
             let not_second = b.not(second);
             let act1 = b.and(act1, not_second);
             let act2 = b.and(act2, not_second);
-            let row = |b: &mut Builder, m: Value, i: Value| -> Value {
-                let z0 = b.constant_i64(0, I64E);
-                let x = b.dynamic_slice(m, &[i, z0], &[1, n]);
-                b.reshape(x, &[n])
-            };
-            let col = |b: &mut Builder, m: Value, i: Value| -> Value {
-                let z0 = b.constant_i64(0, I64E);
-                let x = b.dynamic_slice(m, &[z0, i], &[n, 1]);
-                b.reshape(x, &[n])
-            };
-            let rj = row(b, rhs, j);
-            let rjm1 = row(b, rhs, jm1c);
+            let rj = row_at(b, rhs, j);
+            let rjm1 = row_at(b, rhs, jm1c);
             let tjj = ev.at(b, t, j, j);
             let tjj = b.broadcast_in_dim(tjj, &[n], &[]);
             let tjj = cplx(b, tjj);
@@ -2826,18 +2689,15 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
             let x = b.select(w1, xjb, x);
             let w2 = b.and(at_jm1, actb);
             let x = b.select(w2, y1b, x);
-            let tcj = col(b, t, j);
+            let tcj = col_at(b, t, j);
             let tcj = cplx(b, tcj);
-            let tcjm1 = col(b, t, jm1c);
+            let tcjm1 = col_at(b, t, jm1c);
             let tcjm1 = cplx(b, tcjm1);
             let tj = b.broadcast_in_dim(tcj, &d2, &[0]);
             let tjm1 = b.broadcast_in_dim(tcjm1, &d2, &[0]);
             let p1 = b.mul(tj, xjb);
             let p2 = b.mul(tjm1, y1b);
-            let zc = {
-                let z = spl(b, 0.0, e, &d2);
-                b.complex(z, z)
-            };
+            let zc = cspl(b, 0.0, e, &d2);
             let p2 = b.select(twob, p2, zc);
             let upd = b.add(p2, p1);
             let nr = b.sub(rhs, upd);
@@ -2891,12 +2751,10 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
             let outside = b.or(lt, gt);
             let ne = b.compare(CmpDir::Ne, k, i);
             let go = b.and(outside, ne);
-            let t = b.constant_bool(true);
-            let all = b.broadcast_in_dim(t, &d2, &[]);
             let nm1 = b.constant_i64(n - 1, I64E);
             let z0 = b.constant_i64(0, I64E);
             let kc = b.clamp(z0, k, nm1);
-            let sw = swap_lines(b, m, i, kc, false, all);
+            let sw = swap_lines(b, m, i, kc, 0);
             let m = b.select(go, sw, m);
             vec![b.add(ii, one_i), m]
         },
@@ -2916,19 +2774,7 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
     let onev = spl(b, 1.0, e, &[n]);
     let inv_re = b.div(onev, nre);
     // Pairs: scale by 1 / hypot(||re||, ||im||), then rotate the largest component real.
-    let hyp = {
-        let xa = b.abs(nre);
-        let ya = b.abs(nim);
-        let w = b.max(xa, ya);
-        let zm = b.min(xa, ya);
-        let q = b.div(zm, w);
-        let q = b.mul(q, q);
-        let q = b.add(onev, q);
-        let q = b.sqrt(q);
-        let h = b.mul(w, q);
-        let z0 = b.compare(CmpDir::Eq, zm, zv);
-        b.select(z0, w, h)
-    };
+    let hyp = lapy2(b, nre, nim);
     let inv_p = b.div(onev, hyp);
     let is_pair = first;
     let scl = b.select(is_pair, inv_p, inv_re);
@@ -2941,20 +2787,7 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
         b.add(a, c)
     };
     // First row of the largest |v_k|^2 per column.
-    let (kk, _) = {
-        let rows = idx(b, &d2, 0);
-        let lo = b.constant_f64(-1.0, e);
-        let far = b.constant_i64(i64::MAX, I64E);
-        let rr = b.reduce(&[work, rows], &[lo, far], &[0], |b, x| {
-            let gt = b.compare(CmpDir::Gt, x[2], x[0]);
-            let eq = b.compare(CmpDir::Eq, x[2], x[0]);
-            let lt = b.compare(CmpDir::Lt, x[3], x[1]);
-            let tie = b.and(eq, lt);
-            let take = b.or(gt, tie);
-            vec![b.select(take, x[2], x[0]), b.select(take, x[3], x[1])]
-        });
-        (rr[1], rr[0])
-    };
+    let (kk, _) = first_argmax(b, work, 0, -1.0);
     let rows = idx(b, &d2, 0);
     let kb = b.broadcast_in_dim(kk, &d2, &[1]);
     let atk = b.compare(CmpDir::Eq, rows, kb);
@@ -2970,7 +2803,8 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
         let gg = b.mul(g, g);
         let s = b.add(ff, gg);
         let dd = b.sqrt(s);
-        if e == ElemType::F64 {
+        // The general case, and sn for f == 0 (the two conventions differ only there).
+        let (cs, sn, sn_f0) = if e == ElemType::F64 {
             // LAPACK before 3.10 (MKL's dlartg): cs = f / r, sn = g / r, r > 0 unless
             // |f| > |g| and f < 0.
             let cs = b.div(f, dd);
@@ -2984,44 +2818,32 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
             let nsn = b.neg(sn);
             let cs = b.select(flip, ncs, cs);
             let sn = b.select(flip, nsn, sn);
-            let cs = b.select(f0, zv, cs);
-            let sn = b.select(f0, onev, sn);
-            let cs = b.select(g0, onev, cs);
-            let sn = b.select(g0, zv, sn);
-            (cs, sn)
+            (cs, sn, onev)
         } else {
             // LAPACK 3.10's slartg: r has the sign of f.
             let fa = b.abs(f);
             let cs = b.div(fa, dd);
-            let rr = ev_sign_vec(b, dd, f);
+            let rr = fsign(b, dd, f);
             let sn = b.div(g, rr);
-            let sg = ev_sign_vec(b, onev, g);
-            let cs = b.select(f0, zv, cs);
-            let sn = b.select(f0, sg, sn);
-            let cs = b.select(g0, onev, cs);
-            let sn = b.select(g0, zv, sn);
-            (cs, sn)
-        }
+            let sg = fsign(b, onev, g);
+            (cs, sn, sg)
+        };
+        let cs = b.select(f0, zv, cs);
+        let sn = b.select(f0, sn_f0, sn);
+        let cs = b.select(g0, onev, cs);
+        let sn = b.select(g0, zv, sn);
+        (cs, sn)
     };
     let csb = b.broadcast_in_dim(cs, &d2, &[1]);
     let snb = b.broadcast_in_dim(sn, &d2, &[1]);
-    let a1 = b.mul(csb, re);
-    let a2 = b.mul(snb, im);
-    let re_r = b.add(a1, a2);
-    let b1 = b.mul(csb, im);
-    let b2 = b.mul(snb, re);
-    let im_r = b.sub(b1, b2);
+    let (re_r, im_r) = plane_rot(b, re, im, csb, snb);
     let im_r = b.select(atk, zz, im_r);
     let pb = b.broadcast_in_dim(is_pair, &d2, &[1]);
     let re = b.select(pb, re_r, re);
     let im = b.select(pb, im_r, im);
     // A pair's second column: the conjugate of the first.
-    let prev_col = |b: &mut Builder, x: Value| -> Value {
-        let s = b.slice(x, &[0, 0], &[n, n - 1], &[1, 1]);
-        b.pad(s, zero_e, &[0, 1], &[0, 0], &[0, 0])
-    };
-    let re_p = prev_col(b, re);
-    let im_p = prev_col(b, im);
+    let re_p = prev_along(b, re, 1);
+    let im_p = prev_along(b, im, 1);
     let im_pn = b.neg(im_p);
     let sb = b.broadcast_in_dim(second, &d2, &[1]);
     let re = b.select(sb, re_p, re);
@@ -3036,16 +2858,6 @@ fn ev_vectors(b: &mut Builder, ev: &Ev, t: Value, z: Value, scale: Value, ilo: V
     b.complex(re, im)
 }
 
-/// Fortran's SIGN(a, s) elementwise.
-fn ev_sign_vec(b: &mut Builder, a: Value, s: Value) -> Value {
-    let d = b.dims(a).to_vec();
-    let aa = b.abs(a);
-    let na = b.neg(aa);
-    let z = spl(b, 0.0, b.elem(a), &d);
-    let neg = b.compare(CmpDir::Lt, s, z);
-    b.select(neg, na, aa)
-}
-
 /// dgeev on each matrix of a batch [B, n, n] (real): (eigenvalues [B, n], eigenvectors [B, n, n])
 /// as complex values, the vectors only when `vectors`. Matrices with a non-finite entry give NaN.
 fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
@@ -3054,14 +2866,8 @@ fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
     let e = b.elem(a);
     let ce = e.complex_of().unwrap();
     let ev = Ev { e, n };
-    let w0 = {
-        let z = spl(b, 0.0, e, &[bs, n]);
-        b.complex(z, z)
-    };
-    let v0 = {
-        let z = spl(b, 0.0, e, &[bs, n, n]);
-        b.complex(z, z)
-    };
+    let w0 = cspl(b, 0.0, e, &[bs, n]);
+    let v0 = cspl(b, 0.0, e, &[bs, n, n]);
     let z0 = b.constant_i64(0, I64E);
     let out = b.while_loop(
         &[z0, w0, v0],
@@ -3084,20 +2890,14 @@ fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
             let (h, q) = ev_hessenberg(b, &ev, ab, ilo, ihi);
             let (tt, zz, wr, wi) = ev_lahqr(b, &ev, h, q, ilo, ihi);
             let w = b.complex(wr, wi);
-            let nanc = {
-                let x = spl(b, f64::NAN, e, &[n]);
-                b.complex(x, x)
-            };
+            let nanc = cspl(b, f64::NAN, e, &[n]);
             let fv = b.broadcast_in_dim(all_fin, &[n], &[]);
             let w = b.select(fv, w, nanc);
             let w = b.reshape(w, &[1, n]);
             let wall = b.dynamic_update_slice(wall, w, &[bi, z0]);
             let vall = if vectors {
                 let vv = ev_vectors(b, &ev, tt, zz, scale, ilo, ihi);
-                let nanm = {
-                    let x = spl(b, f64::NAN, e, &[n, n]);
-                    b.complex(x, x)
-                };
+                let nanm = cspl(b, f64::NAN, e, &[n, n]);
                 let fm = b.broadcast_in_dim(all_fin, &[n, n], &[]);
                 let vv = b.select(fm, vv, nanm);
                 let vv = b.reshape(vv, &[1, n, n]);
