@@ -1360,8 +1360,8 @@ fn plane_rot(b: &mut Builder, x: Value, y: Value, cs: Value, sn: Value) -> (Valu
 }
 
 /// select(pred, on_true[k], on_false[k]) for each k: one condition choosing between two sets
-/// of values (the cases of dlanv2 and dlahqr's steps).
-fn select_all(b: &mut Builder, pred: Value, on_true: &[Value], on_false: &[Value]) -> Vec<Value> {
+/// of values (the cases of dlanv2 and dlahqr's steps, the state updates of series loops).
+pub(crate) fn select_all(b: &mut Builder, pred: Value, on_true: &[Value], on_false: &[Value]) -> Vec<Value> {
     on_true.iter().zip(on_false).map(|(&t, &f)| b.select(pred, t, f)).collect()
 }
 

@@ -11,6 +11,7 @@ use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
+use crate::linalg::select_all;
 use crate::reductions::acc_type;
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
@@ -279,6 +280,27 @@ fn bk(b: &mut Builder, x: f64, like: Value) -> Value {
     b.splat_f64(x, &ty)
 }
 
+/// A series loop's condition: fewer than `limit` steps taken (the 0-d counter `i`) and some
+/// element still `pending`.
+fn loop_more(b: &mut Builder, i: Value, pending: Value, limit: i64) -> Value {
+    let lim = b.constant_i64(limit, ElemType::I64);
+    let more = b.compare(CmpDir::Lt, i, lim);
+    let any = any_true(b, pending);
+    b.and(more, any)
+}
+
+/// A loop counter's next value, i + 1.
+fn next_count(b: &mut Builder, i: Value) -> Value {
+    let one_i = b.constant_i64(1, ElemType::I64);
+    b.add(i, one_i)
+}
+
+/// The 0-d int64 `i` as a float shaped like `like` (a series' term number).
+fn count_like(b: &mut Builder, i: Value, like: Value) -> Value {
+    let f = b.convert(i, b.elem(like));
+    b.broadcast_in_dim(f, &b.dims(like).to_vec(), &[])
+}
+
 // ---- polygamma, trigamma, zeta -------------------------------------------------------------------
 
 /// polygamma(n, self): digamma for n = 0, PyTorch's trigamma for n = 1, and
@@ -421,12 +443,7 @@ fn zeta_values(cx: &mut Cx, x: Value, q: Value) -> Value {
     // State: (i, a, b, s, active, returned).
     let r = cx.while_loop(
         &[zero_i, q, zero, s0, t, f],
-        |b, v| {
-            let lim = b.constant_i64(100_000, ElemType::I64);
-            let more = b.compare(CmpDir::Lt, v[0], lim);
-            let any = any_true(b, v[4]);
-            b.and(more, any)
-        },
+        |b, v| loop_more(b, v[0], v[4], 100_000),
         |b, v| {
             let (i, a, bb, s, active, returned) = (v[0], v[1], v[2], v[3], v[4], v[5]);
             let o = bk(b, 1.0, a);
@@ -440,13 +457,11 @@ fn zeta_values(cx: &mut Cx, x: Value, q: Value) -> Value {
             let lo = b.compare(CmpDir::Lt, nms, b1);
             let hi = b.compare(CmpDir::Lt, b1, ms);
             let conv = b.and(lo, hi);
-            let a = b.select(active, a1, a);
-            let bb = b.select(active, b1, bb);
-            let s = b.select(active, s1, s);
+            let st = select_all(b, active, &[a1, b1, s1], &[a, bb, s]);
+            let (a, bb, s) = (st[0], st[1], st[2]);
             let now = b.and(active, conv);
             let returned = b.or(returned, now);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let i1 = b.add(i, one_i);
+            let i1 = next_count(b, i);
             // Keep going while (i < 9 || a <= 9) and not converged.
             let nine_i = b.constant_i64(9, ElemType::I64);
             let early = b.compare(CmpDir::Lt, i1, nine_i);
@@ -1277,11 +1292,8 @@ fn igamma_values(cx: &mut Cx, a: Value, x: Value, upper: bool) -> Value {
     let s = cx.while_loop(
         &[zero_i, a, one_, one_, done0],
         |b, v| {
-            let lim = b.constant_i64(2000, ElemType::I64);
-            let more = b.compare(CmpDir::Lt, v[0], lim);
             let nd = b.not(v[4]);
-            let any = any_true(b, nd);
-            b.and(more, any)
+            loop_more(b, v[0], nd, 2000)
         },
         |b, v| {
             let (i, r, c, ans, done) = (v[0], v[1], v[2], v[3], v[4]);
@@ -1293,13 +1305,10 @@ fn igamma_values(cx: &mut Cx, a: Value, x: Value, upper: bool) -> Value {
             let e = bk(b, eps, r);
             let lim = b.mul(e, ans1);
             let conv = b.compare(CmpDir::Le, c1, lim);
-            let r = b.select(done, r, r1);
-            let c = b.select(done, c, c1);
-            let ans = b.select(done, ans, ans1);
+            let st = select_all(b, done, &[r, c, ans], &[r1, c1, ans1]);
             let done = b.or(done, conv);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let i = b.add(i, one_i);
-            vec![i, r, c, ans, done]
+            let i = next_count(b, i);
+            vec![i, st[0], st[1], st[2], done]
         },
     );
     let series = cx.mul(s[3], fac);
@@ -1318,18 +1327,13 @@ fn igamma_values(cx: &mut Cx, a: Value, x: Value, upper: bool) -> Value {
     let s2 = cx.while_loop(
         &[zero_i, bv, c0, d0, h0, cf_done],
         |b, v| {
-            let lim = b.constant_i64(2000, ElemType::I64);
-            let more = b.compare(CmpDir::Lt, v[0], lim);
             let nd = b.not(v[5]);
-            let any = any_true(b, nd);
-            b.and(more, any)
+            loop_more(b, v[0], nd, 2000)
         },
         |b, v| {
             let (i, bq, c, d, h, done) = (v[0], v[1], v[2], v[3], v[4], v[5]);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let i1 = b.add(i, one_i);
-            let n = b.convert(i1, b.elem(bq));
-            let n = b.broadcast_in_dim(n, &b.dims(bq).to_vec(), &[]);
+            let i1 = next_count(b, i);
+            let n = count_like(b, i1, bq);
             // an = -n (n - a); b += 2
             let nma = b.sub(n, a);
             let an = b.mul(n, nma);
@@ -1355,12 +1359,9 @@ fn igamma_values(cx: &mut Cx, a: Value, x: Value, upper: bool) -> Value {
             let adm = b.abs(dm1);
             let e = bk(b, eps, bq);
             let conv = b.compare(CmpDir::Lt, adm, e);
-            let bq = b.select(done, bq, bq1);
-            let c = b.select(done, c, c1);
-            let d = b.select(done, d, d1);
-            let h = b.select(done, h, h1);
+            let st = select_all(b, done, &[bq, c, d, h], &[bq1, c1, d1, h1]);
             let done = b.or(done, conv);
-            vec![i1, bq, c, d, h, done]
+            vec![i1, st[0], st[1], st[2], st[3], done]
         },
     );
     let cf = cx.mul(s2[4], fac);
@@ -1499,10 +1500,8 @@ fn recurrence(
         |b, v| {
             let (j, p, q) = (v[0], v[1], v[2]);
             let a = active(b, j, iters, q, stop_nan);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let j1 = b.add(j, one_i);
-            let kf = b.convert(j1, b.elem(q));
-            let kf = b.broadcast_in_dim(kf, &b.dims(q).to_vec(), &[]);
+            let j1 = next_count(b, j);
+            let kf = count_like(b, j1, q);
             let r = step(b, kf, p, q);
             let p = b.select(a, q, p);
             let q = b.select(a, r, q);
@@ -1638,14 +1637,30 @@ fn chebyshev_values(cx: &mut Cx, x: Value, n: Value, kind: char, shifted: bool) 
         let t = b.mul(yy, q);
         b.sub(t, p)
     });
+    poly_result(cx, n, rec, &[(trig, trig_v), (at_neg, neg_v), (at_pos, pos_v)])
+}
+
+/// A polynomial's value from its recurrence `rec` (the last q): 1 for n = 0, then each of
+/// `cases` (condition, value) over it in order, and 0 for n < 0.
+fn poly_result(cx: &mut Cx, n: Value, rec: Value, cases: &[(Value, Value)]) -> Value {
+    let one_ = k(cx, 1.0, rec);
     let n0 = icmp(cx, CmpDir::Eq, n, 0);
-    let r = cx.select(n0, one_, rec);
-    let r = cx.select(trig, trig_v, r);
-    let r = cx.select(at_neg, neg_v, r);
-    let r = cx.select(at_pos, pos_v, r);
+    let mut r = cx.select(n0, one_, rec);
+    for &(c, v) in cases {
+        r = cx.select(c, v, r);
+    }
     let neg = icmp(cx, CmpDir::Lt, n, 0);
-    let zero = k(cx, 0.0, x);
+    let zero = k(cx, 0.0, rec);
     cx.select(neg, zero, r)
+}
+
+/// (aq - k p) / (k + 1), the step of the Legendre and Laguerre recurrences (aq = a_k q).
+fn over_k1_step(b: &mut Builder, kf: Value, p: Value, aq: Value) -> Value {
+    let kp = b.mul(kf, p);
+    let t = b.sub(aq, kp);
+    let o = bk(b, 1.0, kf);
+    let k1 = b.add(kf, o);
+    b.div(t, k1)
 }
 
 /// The iteration counts of a recurrence started at P_1: n - 1, or none where `skip` holds.
@@ -1675,18 +1690,10 @@ fn legendre_values(cx: &mut Cx, x: Value, n: Value) -> Value {
         let k2 = b.add(kf, kf);
         let k21 = b.add(k2, o);
         let t = b.mul(k21, x);
-        let t = b.mul(t, q);
-        let kp = b.mul(kf, p);
-        let t = b.sub(t, kp);
-        let k1 = b.add(kf, o);
-        b.div(t, k1)
+        let aq = b.mul(t, q);
+        over_k1_step(b, kf, p, aq)
     });
-    let n0 = icmp(cx, CmpDir::Eq, n, 0);
-    let r = cx.select(n0, one_, rec);
-    let r = cx.select(ends, end_v, r);
-    let neg = icmp(cx, CmpDir::Lt, n, 0);
-    let zero = k(cx, 0.0, x);
-    cx.select(neg, zero, r)
+    poly_result(cx, n, rec, &[(ends, end_v)])
 }
 
 /// Laguerre L_n(x): 0 for n < 0, 1 at x = 0, else ((2k + 1 - x) q - k p) / (k+1).
@@ -1696,21 +1703,12 @@ fn laguerre_values(cx: &mut Cx, x: Value, n: Value) -> Value {
     let at0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
     let iters = rec_iters(cx, n, Some(at0));
     let rec = recurrence(cx, iters, one_, omx, true, |b, kf, p, q| {
-        let o = bk(b, 1.0, kf);
         let k2 = b.add(kf, kf);
         let t = b.add(k2, omx);
-        let t = b.mul(t, q);
-        let kp = b.mul(kf, p);
-        let t = b.sub(t, kp);
-        let k1 = b.add(kf, o);
-        b.div(t, k1)
+        let aq = b.mul(t, q);
+        over_k1_step(b, kf, p, aq)
     });
-    let n0 = icmp(cx, CmpDir::Eq, n, 0);
-    let r = cx.select(n0, one_, rec);
-    let r = cx.select(at0, one_, r);
-    let neg = icmp(cx, CmpDir::Lt, n, 0);
-    let zero = k(cx, 0.0, x);
-    cx.select(neg, zero, r)
+    poly_result(cx, n, rec, &[(at0, one_)])
 }
 
 /// Hermite polynomials, physicists' H (`physicists`) or probabilists' He: 0 for n < 0, NaN
@@ -1735,13 +1733,9 @@ fn hermite_values(cx: &mut Cx, x: Value, n: Value, physicists: bool) -> Value {
             b.sub(t, kp)
         }
     });
+    // (n = 0 is never too big: the order of the two cases does not matter.)
     let nan = k(cx, f64::NAN, x);
-    let r = cx.select(too_big, nan, rec);
-    let n0 = icmp(cx, CmpDir::Eq, n, 0);
-    let r = cx.select(n0, one_, r);
-    let neg = icmp(cx, CmpDir::Lt, n, 0);
-    let zero = k(cx, 0.0, x);
-    cx.select(neg, zero, r)
+    poly_result(cx, n, rec, &[(too_big, nan)])
 }
 
 // ---- Bessel functions of the first and second kind, K, spherical j0, Airy Ai -----------------------
@@ -2156,25 +2150,17 @@ fn airy_ai_values(cx: &mut Cx, x: Value) -> Value {
     let zero_i = cx.constant_i64(0, ElemType::I64);
     let s = cx.while_loop(
         &[zero_i, one_, x, one_, x, series],
-        |b, v| {
-            let lim = b.constant_i64(1000, ElemType::I64);
-            let more = b.compare(CmpDir::Lt, v[0], lim);
-            let any = any_true(b, v[5]);
-            b.and(more, any)
-        },
+        |b, v| loop_more(b, v[0], v[5], 1000),
         |b, v| {
             let (j, m, n, f, g, active) = (v[0], v[1], v[2], v[3], v[4], v[5]);
             // k runs 1 + 3j before this step: the divisors are 3j + 2, 3j + 3, 3j + 4.
             let three_i = b.constant_i64(3, ElemType::I64);
             let j3 = b.mul(j, three_i);
-            let e = b.elem(m);
-            let dims = b.dims(m).to_vec();
             let mut kv = [m; 3];
             for (i, slot) in kv.iter_mut().enumerate() {
                 let c = b.constant_i64(2 + i as i64, ElemType::I64);
                 let t = b.add(j3, c);
-                let t = b.convert(t, e);
-                *slot = b.broadcast_in_dim(t, &dims, &[]);
+                *slot = count_like(b, t, m);
             }
             let m1 = b.mul(m, z3);
             let m1 = b.div(m1, kv[0]);
@@ -2188,14 +2174,10 @@ fn airy_ai_values(cx: &mut Cx, x: Value) -> Value {
             let t = b.abs(t);
             let ev = bk(b, eps, m);
             let go_on = b.compare(CmpDir::Gt, t, ev);
-            let m = b.select(active, m1, m);
-            let n = b.select(active, n1, n);
-            let f = b.select(active, f1, f);
-            let g = b.select(active, g1, g);
+            let st = select_all(b, active, &[m1, n1, f1, g1], &[m, n, f, g]);
             let active = b.and(active, go_on);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let j = b.add(j, one_i);
-            vec![j, m, n, f, g, active]
+            let j = next_count(b, j);
+            vec![j, st[0], st[1], st[2], st[3], active]
         },
     );
     let c1 = k(cx, 0.355028053887817239260, x);
