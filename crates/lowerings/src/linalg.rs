@@ -188,8 +188,9 @@ fn not_bool(d: DType, kernel: &str) -> Result<()> {
     Ok(())
 }
 
-/// The second operand's dtype check of bmm/baddbmm/mv/addmv (the message of their kernels).
-fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
+/// The dtype check of a second operand against the first, with the message PyTorch's kernels
+/// give (bmm/baddbmm/mv/addmv here; the losses' weights and gradients).
+pub(crate) fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
     check!(
         expected == found,
         Runtime,

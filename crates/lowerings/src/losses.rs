@@ -21,7 +21,7 @@ use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::linalg::contract;
+use crate::linalg::{check_scalar_type, contract};
 use crate::reductions::{acc_type, reduce, Red};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
@@ -251,13 +251,7 @@ fn cdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cx.full(0.0, dt, &out_shape));
     }
     let euclid = p == 2.0 && (mode == 1 || (mode == 0 && (s.r1 > 25 || s.r2 > 25)));
-    check!(
-        x2.dtype == dt,
-        Runtime,
-        "expected scalar type {} but found {}",
-        dt.torch_name(),
-        x2.dtype.torch_name()
-    );
+    check_scalar_type(dt, x2.dtype)?;
     let acc = acc_type(dt);
     let a = batched(cx, x1.v, &s.batch);
     let bv = batched(cx, x2.v, &s.batch);
@@ -288,10 +282,7 @@ fn cdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         cx.sqrt(d)
     } else {
         check_float_kernel(dt, "cdist", false)?;
-        let full = [b, s.r1, s.r2, s.c];
-        let ab = cx.broadcast_in_dim(a, &full, &[0, 1, 3]);
-        let bb = cx.broadcast_in_dim(bv, &full, &[0, 2, 3]);
-        let d = cx.sub(ab, bb);
+        let d = row_diffs(cx, a, bv);
         let ad = cx.abs(d);
         norm_along(cx, ad, p, 3, true)
     };
@@ -316,7 +307,7 @@ fn cdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     check_float_kernel(dt, "cdist_backward", false)?;
     for t in [&x2, &g, &dist] {
-        check!(t.dtype == dt, Runtime, "expected scalar type {} but found {}", dt.torch_name(), t.dtype.torch_name());
+        check_scalar_type(dt, t.dtype)?;
     }
     for (t, name) in [(&g, "grad"), (&dist, "cdist")] {
         check!(
@@ -330,10 +321,8 @@ fn cdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let a = batched(cx, x1.v, &s.batch);
     let bv = batched(cx, x2.v, &s.batch);
-    let full = [b, s.r1, s.r2, s.c];
-    let ab = cx.broadcast_in_dim(a, &full, &[0, 1, 3]);
-    let bb = cx.broadcast_in_dim(bv, &full, &[0, 2, 3]);
-    let diff = cx.sub(ab, bb);
+    let diff = row_diffs(cx, a, bv);
+    let full = cx.dims(diff);
     let gv = cx.reshape(g.v, &[b, s.r1, s.r2]);
     let gv = cx.broadcast_in_dim(gv, &full, &[0, 1, 2]);
     let dv = cx.reshape(dist.v, &[b, s.r1, s.r2]);
@@ -343,6 +332,22 @@ fn cdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let mut shape = s.batch.clone();
     shape.extend([s.r1, s.c]);
     one(cx.reshape(r, &shape))
+}
+
+/// a[.., i, :] - b[.., j, :] for the rows of a [.., r1, c] and b [.., r2, c] (same leading
+/// dims): [.., r1, r2, c], the differences cdist and pdist take norms of.
+fn row_diffs(cx: &mut Cx, a: Value, b: Value) -> Value {
+    let (da, db) = (cx.dims(a), cx.dims(b));
+    let nb = da.len() - 2;
+    let mut full = da[..nb].to_vec();
+    full.extend([da[nb], db[nb], da[nb + 1]]);
+    let lead: Vec<i64> = (0..nb as i64).collect();
+    let nb = nb as i64;
+    let at_a: Vec<i64> = lead.iter().copied().chain([nb, nb + 2]).collect();
+    let at_b: Vec<i64> = lead.iter().copied().chain([nb + 1, nb + 2]).collect();
+    let ab = cx.broadcast_in_dim(a, &full, &at_a);
+    let bb = cx.broadcast_in_dim(b, &full, &at_b);
+    cx.sub(ab, bb)
 }
 
 /// For an [n, n] grid: the index in pdist's order of the pair (min(i, j), max(i, j)) (for i = j
@@ -393,10 +398,7 @@ fn pdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check_float_kernel(x.dtype, "pdist", false)?;
     // All n x n distances, then the upper triangle scattered into place (the rest goes to a
     // spare last slot that is cut off).
-    let full = [n, n, m];
-    let a = cx.broadcast_in_dim(x.v, &full, &[0, 2]);
-    let b = cx.broadcast_in_dim(x.v, &full, &[1, 2]);
-    let d = cx.sub(a, b);
+    let d = row_diffs(cx, x.v, x.v);
     let ad = cx.abs(d);
     let dist = norm_along(cx, ad, p, 2, false);
     let (pair, upper) = pdist_pair_index(cx, n);
@@ -432,7 +434,7 @@ fn pdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check_float_kernel(x.dtype, "pdist_backward", false)?;
     let kk = n * (n - 1) / 2;
     for (t, name) in [(&g, "grad"), (&dist, "pdist")] {
-        check!(t.dtype == x.dtype, Runtime, "expected scalar type {} but found {}", x.dtype.torch_name(), t.dtype.torch_name());
+        check_scalar_type(x.dtype, t.dtype)?;
         check!(cx.numel(t.v) == kk, Runtime, "_pdist_backward: {} has {} elements, expected {}", name, cx.numel(t.v), kk);
     }
     let (pair, _) = pdist_pair_index(cx, n);
@@ -440,10 +442,8 @@ fn pdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let df = cx.reshape(dist.v, &[kk]);
     let gs = take_1d(cx, gf, pair);
     let ds = take_1d(cx, df, pair);
+    let diff = row_diffs(cx, x.v, x.v);
     let full = [n, n, m];
-    let a = cx.broadcast_in_dim(x.v, &full, &[0, 2]);
-    let b = cx.broadcast_in_dim(x.v, &full, &[1, 2]);
-    let diff = cx.sub(a, b);
     let gb = cx.broadcast_in_dim(gs, &full, &[0, 1]);
     let db = cx.broadcast_in_dim(ds, &full, &[0, 1]);
     let t = norm_grad(cx, diff, gb, db, p);
@@ -516,16 +516,49 @@ fn multi_margin_terms(cx: &mut Cx, args: &Args, x: Value, t: Value, dt: DType) -
     Ok((onehot, active, z))
 }
 
-/// The weight of each sample's target class, [N] (None without weights).
-fn target_weight(cx: &mut Cx, w: Option<Tensor>, onehot: Value, acc: DType) -> Option<Value> {
-    let w = w?;
+/// h [N, D] times the weight of each sample's target class (h itself without weights).
+fn times_target_weight(cx: &mut Cx, h: Value, w: Option<Tensor>, onehot: Value, acc: DType) -> Value {
+    let Some(w) = w else {
+        return h;
+    };
     let xd = cx.dims(onehot);
     let wv = cx.cast(w.v, acc);
     let wv = cx.reshape(wv, &[xd[1]]);
     let wb = cx.broadcast_in_dim(wv, &xd, &[1]);
     let zero = cx.full(0.0, acc, &xd);
     let picked = cx.select(onehot, wb, zero);
-    Some(reduce(cx, picked, &[1], Red::Sum))
+    let wt = reduce(cx, picked, &[1], Red::Sum);
+    let hd = cx.dims(h);
+    let wb = cx.broadcast_in_dim(wt, &hd, &[0]);
+    cx.mul(h, wb)
+}
+
+/// The result of a margin loss over an empty batch: [0] per sample; the sum is 0 and the mean
+/// 0 / 0.
+fn empty_margin_loss(cx: &mut Cx, red: Reduction, per_sample: bool, dt: DType) -> Value {
+    match red {
+        _ if per_sample => cx.full(0.0, dt, &[0]),
+        Reduction::Mean if dt.is_float() => cx.full(f64::NAN, dt, &[]),
+        _ => cx.full(0.0, dt, &[]),
+    }
+}
+
+/// grad_input [N, D] of a margin loss times grad_output: one element for a reduced loss (or a
+/// 0-d input), else one per sample [N]; `shape_msg` is the kernel's error for another shape.
+fn times_grad_output(cx: &mut Cx, gi: Value, go: &Tensor, dt: DType, red: Reduction, shape_msg: impl FnOnce(&[i64]) -> String) -> Result<Value> {
+    let nd = cx.dims(gi);
+    let gov = cx.cast(go.v, dt);
+    let god = cx.dims(gov);
+    if red != Reduction::None || god.is_empty() {
+        check!(cx.numel(gov) == 1, Runtime, "Expected a single element grad_output tensor, but got: {:?}", god);
+        let gs = cx.reshape(gov, &[]);
+        let gb = cx.broadcast_in_dim(gs, &nd, &[]);
+        Ok(cx.mul(gi, gb))
+    } else {
+        check!(god.len() == 1 && god[0] == nd[0], Runtime, "{}", shape_msg(&god));
+        let gb = cx.broadcast_in_dim(gov, &nd, &[0]);
+        Ok(cx.mul(gi, gb))
+    }
 }
 
 /// multi_margin_loss(self, target, p, margin, weight, reduction): per sample,
@@ -540,29 +573,17 @@ fn multi_margin_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let per_sample = red == Reduction::None && !td.is_empty();
     let dt = x.dtype;
     if cx.numel(x.v) == 0 {
-        // An empty batch: [0] per sample; the sum is 0 and the mean 0 / 0.
-        return one(match red {
-            _ if per_sample => cx.full(0.0, dt, &[0]),
-            Reduction::Mean if dt.is_float() => cx.full(f64::NAN, dt, &[]),
-            _ => cx.full(0.0, dt, &[]),
-        });
+        return one(empty_margin_loss(cx, red, per_sample, dt));
     }
     check_float_kernel(dt, "multi_margin_loss_cpu_kernel", false)?;
     if let Some(w) = w {
-        check!(w.dtype == dt, Runtime, "expected scalar type {} but found {}", dt.torch_name(), w.dtype.torch_name());
+        check_scalar_type(dt, w.dtype)?;
     }
     let xv = cx.reshape(x.v, &[nframe, dim]);
     let tv = cx.reshape(t.v, &[nframe]);
     let (onehot, active, z) = multi_margin_terms(cx, args, xv, tv, dt)?;
     let h = if p == 1 { z } else { cx.mul(z, z) };
-    let h = match target_weight(cx, w, onehot, dt) {
-        Some(wt) => {
-            let xd = cx.dims(h);
-            let wb = cx.broadcast_in_dim(wt, &xd, &[0]);
-            cx.mul(h, wb)
-        }
-        None => h,
-    };
+    let h = times_target_weight(cx, h, w, onehot, dt);
     let zero = k(cx, 0.0, h);
     let h = cx.select(active, h, zero);
     let s = reduce(cx, h, &[1], Red::Sum);
@@ -597,7 +618,7 @@ fn multi_margin_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     check_float_kernel(dt, "multi_margin_loss_backward_cpu_kernel", false)?;
     if let Some(w) = w {
-        check!(w.dtype == dt, Runtime, "expected scalar type {} but found {}", dt.torch_name(), w.dtype.torch_name());
+        check_scalar_type(dt, w.dtype)?;
     }
     let xv = cx.reshape(x.v, &[nframe, dim]);
     let tv = cx.reshape(t.v, &[nframe]);
@@ -611,14 +632,7 @@ fn multi_margin_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let t2 = cx.mul(two, gv);
         cx.mul(t2, z)
     };
-    let h = match target_weight(cx, w, onehot, dt) {
-        Some(wt) => {
-            let xd = cx.dims(h);
-            let wb = cx.broadcast_in_dim(wt, &xd, &[0]);
-            cx.mul(h, wb)
-        }
-        None => h,
-    };
+    let h = times_target_weight(cx, h, w, onehot, dt);
     let zero = k(cx, 0.0, h);
     let h = cx.select(active, h, zero);
     let s = reduce(cx, h, &[1], Red::Sum);
@@ -626,24 +640,7 @@ fn multi_margin_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let nd = [nframe, dim];
     let sb = cx.broadcast_in_dim(s, &nd, &[0]);
     let gi = cx.select(onehot, sb, h);
-    let gov = cx.cast(go.v, dt);
-    let god = cx.dims(gov);
-    let gi = if red != Reduction::None || god.is_empty() {
-        check!(cx.numel(gov) == 1, Runtime, "Expected a single element grad_output tensor, but got: {:?}", god);
-        let gs = cx.reshape(gov, &[]);
-        let gb = cx.broadcast_in_dim(gs, &nd, &[]);
-        cx.mul(gi, gb)
-    } else {
-        check!(
-            god.len() == 1 && god[0] == nframe,
-            Runtime,
-            "Expected grad_output to have shape [{}] but got {:?}",
-            nframe,
-            god
-        );
-        let gb = cx.broadcast_in_dim(gov, &nd, &[0]);
-        cx.mul(gi, gb)
-    };
+    let gi = times_grad_output(cx, gi, &go, dt, red, |god| format!("Expected grad_output to have shape [{}] but got {:?}", nframe, god))?;
     one(cx.reshape(gi, &xdims))
 }
 
@@ -735,11 +732,7 @@ fn multilabel_margin_loss_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> 
     let td = cx.dims(t.v);
     let per_sample = red == Reduction::None && td.len() == 2;
     if cx.numel(x.v) == 0 {
-        let out = match red {
-            _ if per_sample => cx.full(0.0, dt, &[0]),
-            Reduction::Mean if dt.is_float() => cx.full(f64::NAN, dt, &[]),
-            _ => cx.full(0.0, dt, &[]),
-        };
+        let out = empty_margin_loss(cx, red, per_sample, dt);
         let is_t = cx.full(0.0, dt, &td);
         return Ok(vec![Out::Tensor(out), Out::Tensor(is_t)]);
     }
@@ -814,26 +807,14 @@ fn multilabel_margin_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>>
     let net = cx.sub(cnt_d, cnt_t);
     let gv = k(cx, g, net);
     let gi = cx.mul(net, gv);
-    let nd = [nframe, dim];
-    let gov = cx.cast(go.v, dt);
-    let god = cx.dims(gov);
-    let gi = if red != Reduction::None || god.is_empty() {
-        check!(cx.numel(gov) == 1, Runtime, "Expected a single element grad_output tensor, but got: {:?}", god);
-        let gs = cx.reshape(gov, &[]);
-        let gb = cx.broadcast_in_dim(gs, &nd, &[]);
-        cx.mul(gi, gb)
-    } else {
-        check!(
-            god.len() == 1 && god[0] == nframe,
-            Runtime,
+    let gi = times_grad_output(cx, gi, &go, dt, red, |god| {
+        format!(
             "Expected a tensor of dimension 1 and tensor.size[0] == {} but got: dimension {} and tensor.size[0] == {}",
             nframe,
             god.len(),
             god.first().copied().unwrap_or(1)
-        );
-        let gb = cx.broadcast_in_dim(gov, &nd, &[0]);
-        cx.mul(gi, gb)
-    };
+        )
+    })?;
     one(cx.reshape(gi, &xdims))
 }
 
@@ -1037,42 +1018,116 @@ fn ctc_index(cx: &mut Cx, ext: Value) -> Value {
     cx.concatenate(&[ni, e], 2)
 }
 
-/// log_probs[t, n, l'[n, s]] as [T, N, L].
-fn ctc_gather_lp(cx: &mut Cx, lp: Value, idx: Value) -> Value {
-    let t = cx.dims(lp)[0];
-    let lpt = cx.transpose(lp, &[1, 2, 0]);
-    let dn = GatherDims {
+/// The gather (and scatter) of [N, C, T] operands at the (n, l'[n, s]) pairs of `ctc_index`:
+/// one [T] window per pair.
+fn ctc_gather_dims() -> GatherDims {
+    GatherDims {
         offset_dims: vec![2],
         collapsed_slice_dims: vec![0, 1],
         operand_batching_dims: vec![],
         start_indices_batching_dims: vec![],
         start_index_map: vec![0, 1],
         index_vector_dim: 2,
-    };
-    let g = cx.gather(lpt, idx, &dn, &[1, 1, t], false);
+    }
+}
+
+/// What both CTC recursions start from: the lengths [N], the extended labels l' [N, L],
+/// their (n, l') index pairs and log_probs gathered at them, [T, N, L].
+struct CtcStates {
+    il: Value,
+    tl: Value,
+    ext: Value,
+    idx: Value,
+    lpe: Value,
+}
+
+fn ctc_states(cx: &mut Cx, ctc: &Ctc, l: i64) -> CtcStates {
+    let il = ctc.il.value(cx);
+    let tl = ctc.tl.value(cx);
+    let ext = ctc_extended(cx, ctc, tl, l);
+    let idx = ctc_index(cx, ext);
+    let lpe = ctc_gather_lp(cx, ctc.lp.v, idx);
+    CtcStates { il, tl, ext, idx, lpe }
+}
+
+/// log_probs[t, n, l'[n, s]] as [T, N, L].
+fn ctc_gather_lp(cx: &mut Cx, lp: Value, idx: Value) -> Value {
+    let t = cx.dims(lp)[0];
+    let lpt = cx.transpose(lp, &[1, 2, 0]);
+    let g = cx.gather(lpt, idx, &ctc_gather_dims(), &[1, 1, t], false);
     cx.transpose(g, &[2, 0, 1])
 }
 
-/// log(e^a + e^b + e^c) the way PyTorch's CTC kernels compute it (the maximum is taken out,
+/// log(sum_i e^terms[i]) the way PyTorch's CTC kernels compute it (the maximum is taken out,
 /// and 0 is used when every term is -inf).
-fn lse3(b: &mut stablehlo::Builder, x: Value, y: Value, z: Value) -> Value {
-    let m = b.max(x, y);
-    let m = b.max(m, z);
+fn lse(b: &mut stablehlo::Builder, terms: &[Value]) -> Value {
+    let mut m = terms[0];
+    for &x in &terms[1..] {
+        m = b.max(m, x);
+    }
     let ty = b.ty(m).clone();
     let ninf = b.splat_f64(f64::NEG_INFINITY, &ty);
     let zero = b.splat_f64(0.0, &ty);
     let is_ninf = b.compare(CmpDir::Eq, m, ninf);
     let m = b.select(is_ninf, zero, m);
-    let ex = b.sub(x, m);
-    let ex = b.exp(ex);
-    let ey = b.sub(y, m);
-    let ey = b.exp(ey);
-    let ez = b.sub(z, m);
-    let ez = b.exp(ez);
-    let s = b.add(ex, ey);
-    let s = b.add(s, ez);
-    let l = b.log(s);
+    let mut s = None;
+    for &x in terms {
+        let e = b.sub(x, m);
+        let e = b.exp(e);
+        s = Some(match s {
+            None => e,
+            Some(acc) => b.add(acc, e),
+        });
+    }
+    let l = b.log(s.unwrap());
     b.add(l, m)
+}
+
+/// One step of the alpha (`dir` 1) or beta (`dir` -1) recursion over the states [N, L]:
+/// lse(v[s], v[s - dir], v[s - 2 dir] where `skip`) + the step's log_probs `row`.
+fn ctc_step(b: &mut stablehlo::Builder, v: Value, row: Value, skip: Value, dir: i64) -> Value {
+    let v2 = shift(b, v, dir);
+    let v3 = shift(b, v, 2 * dir);
+    let ty = b.ty(v).clone();
+    let ninf = b.splat_f64(f64::NEG_INFINITY, &ty);
+    let v3 = b.select(skip, v3, ninf);
+    let new = lse(b, &[v, v2, v3]);
+    b.add(new, row)
+}
+
+/// Row t (0-d) of v [T, N, L] as [N, L].
+fn time_row(b: &mut stablehlo::Builder, v: Value, t: Value) -> Value {
+    let d = b.dims(v).to_vec();
+    let z = b.constant_i64(0, ElemType::I64);
+    let row = b.dynamic_slice(v, &[t, z, z], &[1, d[1], d[2]]);
+    b.reshape(row, &d[1..])
+}
+
+/// v [T, N, L] with row t replaced by `row` [N, L].
+fn put_time_row(b: &mut stablehlo::Builder, v: Value, t: Value, row: Value) -> Value {
+    let d = b.dims(v).to_vec();
+    let z = b.constant_i64(0, ElemType::I64);
+    let upd = b.reshape(row, &[1, d[1], d[2]]);
+    b.dynamic_update_slice(v, upd, &[t, z, z])
+}
+
+/// The states a path ends in, 2 tl (the last blank) and 2 tl - 1 (the last label), [N] each.
+fn ctc_end_states(cx: &mut Cx, tl: Value) -> (Value, Value) {
+    let n = cx.dims(tl)[0];
+    let two_n = ik(cx, 2, &[n]);
+    let one_n = ik(cx, 1, &[n]);
+    let e1 = cx.mul(tl, two_n);
+    let e2 = cx.sub(e1, one_n);
+    (e1, e2)
+}
+
+/// mask [N, L] where the sample's target is not empty (tl > 0).
+fn and_target_nonempty(cx: &mut Cx, mask: Value, tl: Value) -> Value {
+    let nl = cx.dims(mask);
+    let z = ik(cx, 0, &[nl[0]]);
+    let has = cx.compare(CmpDir::Gt, tl, z);
+    let hasb = cx.broadcast_in_dim(has, &nl, &[0]);
+    cx.and(mask, hasb)
 }
 
 /// `v` ([N, L]) shifted along L by `by` (> 0: towards higher s), filled with -inf.
@@ -1119,11 +1174,7 @@ fn ctc_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (t, n) = (ctc.t, ctc.n);
     let l = 2 * s_max + 1;
     let dt = ctc.lp.dtype;
-    let il = ctc.il.value(cx);
-    let tl = ctc.tl.value(cx);
-    let ext = ctc_extended(cx, &ctc, tl, l);
-    let idx = ctc_index(cx, ext);
-    let lpe = ctc_gather_lp(cx, ctc.lp.v, idx);
+    let CtcStates { il, tl, ext, idx: _, lpe } = ctc_states(cx, &ctc, l);
     let nl = [n, l];
     // s >= 2 and l'[s - 2] != l'[s]: the transition that skips a blank.
     let ext2 = shift_i64(cx, ext, 2);
@@ -1139,10 +1190,7 @@ fn ctc_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let onei = ik(cx, 1, &nl);
     let s0 = cx.compare(CmpDir::Eq, si, zero);
     let s1 = cx.compare(CmpDir::Eq, si, onei);
-    let z1 = ik(cx, 0, &[n]);
-    let has = cx.compare(CmpDir::Gt, tl, z1);
-    let hasb = cx.broadcast_in_dim(has, &nl, &[0]);
-    let s1 = cx.and(s1, hasb);
+    let s1 = and_target_nonempty(cx, s1, tl);
     let first = cx.or(s0, s1);
     let ninf = cx.full(f64::NEG_INFINITY, dt, &nl);
     let alpha0 = cx.select(first, row0, ninf);
@@ -1157,18 +1205,9 @@ fn ctc_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         |b, a| b.compare(CmpDir::Lt, a[0], tmax),
         |b, a| {
             let (ti, alpha, all) = (a[0], a[1], a[2]);
-            let z = b.constant_i64(0, ElemType::I64);
-            let row = b.dynamic_slice(lpe, &[ti, z, z], &[1, n, l]);
-            let row = b.reshape(row, &nl);
-            let a2 = shift(b, alpha, 1);
-            let a3 = shift(b, alpha, 2);
-            let ty = b.ty(alpha).clone();
-            let ninf = b.splat_f64(f64::NEG_INFINITY, &ty);
-            let a3 = b.select(skip, a3, ninf);
-            let new = lse3(b, alpha, a2, a3);
-            let new = b.add(new, row);
-            let upd = b.reshape(new, &[1, n, l]);
-            let all = b.dynamic_update_slice(all, upd, &[ti, z, z]);
+            let row = time_row(b, lpe, ti);
+            let new = ctc_step(b, alpha, row, skip, 1);
+            let all = put_time_row(b, all, ti, new);
             let one_ = b.constant_i64(1, ElemType::I64);
             let tn = b.add(ti, one_);
             vec![tn, new, all]
@@ -1186,9 +1225,7 @@ fn ctc_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let ninf3 = k(cx, f64::NEG_INFINITY, all);
     let pick = cx.select(at_last, all, ninf3);
     let row = reduce(cx, pick, &[0], Red::Max);
-    let two_n = ik(cx, 2, &[n]);
-    let e1 = cx.mul(tl, two_n);
-    let e2 = cx.sub(e1, one_n);
+    let (e1, e2) = ctc_end_states(cx, tl);
     let pick_s = |cx: &mut Cx, e: Value| {
         let eb = cx.broadcast_in_dim(e, &nl, &[0]);
         let at = cx.compare(CmpDir::Eq, si, eb);
@@ -1198,20 +1235,10 @@ fn ctc_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     };
     let l1 = pick_s(cx, e1);
     let l2 = pick_s(cx, e2);
-    let m = cx.max(l1, l2);
-    let ninf_n = k(cx, f64::NEG_INFINITY, m);
-    let zero_n = k(cx, 0.0, m);
-    let is_ninf = cx.compare(CmpDir::Eq, m, ninf_n);
-    let m = cx.select(is_ninf, zero_n, m);
-    let d1 = cx.sub(l1, m);
-    let d1 = cx.exp(d1);
-    let d2 = cx.sub(l2, m);
-    let d2 = cx.exp(d2);
-    let sm = cx.add(d1, d2);
-    let ll = cx.log(sm);
-    let ll = cx.add(ll, m);
+    let ll = lse(cx, &[l1, l2]);
     let nll = cx.neg(ll);
     // No input steps: likelihood 1 for an empty target, 0 otherwise.
+    let z1 = ik(cx, 0, &[n]);
     let il0 = cx.compare(CmpDir::Eq, il, z1);
     let tl0 = cx.compare(CmpDir::Eq, tl, z1);
     let inf = k(cx, f64::INFINITY, nll);
@@ -1222,11 +1249,11 @@ fn ctc_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     Ok(vec![Out::Tensor(nll), Out::Tensor(log_alpha)])
 }
 
-/// An i64 [N, L] shifted by `by` towards higher s (filled with -1).
+/// An i64 [N, L] shifted by `by` towards higher s (lower for a negative `by`), filled with -1.
 fn shift_i64(cx: &mut Cx, v: Value, by: i64) -> Value {
     let fill = cx.b.constant_i64(-1, ElemType::I64);
     let l = cx.dims(v)[1];
-    if by >= l {
+    if by.abs() >= l {
         let d = cx.dims(v);
         return ik(cx, -1, &d);
     }
@@ -1253,38 +1280,28 @@ fn ctc_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     );
     check!(cx.numel(g.v) == n && cx.numel(nll.v) == n, Runtime, "_ctc_loss_backward: grad and neg_log_likelihood need {} elements", n);
     for x in [&g, &nll, &la] {
-        check!(x.dtype == dt, Runtime, "expected scalar type {} but found {}", dt.torch_name(), x.dtype.torch_name());
+        check_scalar_type(dt, x.dtype)?;
     }
     let l = lad[2];
-    let il = ctc.il.value(cx);
-    let tl = ctc.tl.value(cx);
-    let ext = ctc_extended(cx, &ctc, tl, l);
-    let idx = ctc_index(cx, ext);
-    let lpe = ctc_gather_lp(cx, ctc.lp.v, idx);
+    let CtcStates { il, tl, ext, idx, lpe } = ctc_states(cx, &ctc, l);
     let nl = [n, l];
     let si = iota(cx, &nl, 1);
     // s + 2 < L and l'[s + 2] != l'[s].
-    let fill = cx.b.constant_i64(-1, ElemType::I64);
-    let ext_next2 = if l > 2 { cx.pad(ext, fill, &[0, -2], &[0, 2], &[0, 0]) } else { ik(cx, -1, &nl) };
+    let ext_next2 = shift_i64(cx, ext, -2);
     let skip = cx.compare(CmpDir::Ne, ext_next2, ext);
     let lim = ik(cx, l - 2, &nl);
     let inside = cx.compare(CmpDir::Lt, si, lim);
     let skip = cx.and(skip, inside);
     let (vt, vs) = ctc_masks(cx, il, tl, t, n, l);
     // Where beta starts: s = 2 tl and s = 2 tl - 1 (if tl > 0) at t = input_length - 1.
-    let two_n = ik(cx, 2, &[n]);
-    let one_n = ik(cx, 1, &[n]);
-    let zero_n = ik(cx, 0, &[n]);
-    let e1 = cx.mul(tl, two_n);
-    let e2 = cx.sub(e1, one_n);
+    let (e1, e2) = ctc_end_states(cx, tl);
     let e1b = cx.broadcast_in_dim(e1, &nl, &[0]);
     let e2b = cx.broadcast_in_dim(e2, &nl, &[0]);
     let at1 = cx.compare(CmpDir::Eq, si, e1b);
     let at2 = cx.compare(CmpDir::Eq, si, e2b);
-    let has = cx.compare(CmpDir::Gt, tl, zero_n);
-    let hasb = cx.broadcast_in_dim(has, &nl, &[0]);
-    let at2 = cx.and(at2, hasb);
+    let at2 = and_target_nonempty(cx, at2, tl);
     let start = cx.or(at1, at2);
+    let one_n = ik(cx, 1, &[n]);
     let last = cx.sub(il, one_n);
     let lastb = cx.broadcast_in_dim(last, &nl, &[0]);
     let beta_init = cx.full(f64::NEG_INFINITY, dt, &nl);
@@ -1298,16 +1315,10 @@ fn ctc_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         },
         |b, a| {
             let (ti, next, all) = (a[0], a[1], a[2]);
-            let z = b.constant_i64(0, ElemType::I64);
-            let row = b.dynamic_slice(lpe, &[ti, z, z], &[1, n, l]);
-            let row = b.reshape(row, &nl);
-            let b2 = shift(b, next, -1);
-            let b3 = shift(b, next, -2);
+            let row = time_row(b, lpe, ti);
+            let rec = ctc_step(b, next, row, skip, -1);
             let ty = b.ty(next).clone();
             let ninf = b.splat_f64(f64::NEG_INFINITY, &ty);
-            let b3 = b.select(skip, b3, ninf);
-            let rec = lse3(b, next, b2, b3);
-            let rec = b.add(rec, row);
             let init = b.select(start, row, ninf);
             let tb = b.broadcast_in_dim(ti, &nl, &[]);
             let is_last = b.compare(CmpDir::Eq, tb, lastb);
@@ -1315,8 +1326,7 @@ fn ctc_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             let cur = b.select(before, rec, ninf);
             let cur = b.select(is_last, init, cur);
             let cur = b.select(vs, cur, ninf);
-            let upd = b.reshape(cur, &[1, n, l]);
-            let all = b.dynamic_update_slice(all, upd, &[ti, z, z]);
+            let all = put_time_row(b, all, ti, cur);
             let one_ = b.constant_i64(1, ElemType::I64);
             let tn = b.sub(ti, one_);
             vec![tn, cur, all]
@@ -1344,15 +1354,7 @@ fn ctc_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let is_ninf = cx.compare(CmpDir::Eq, mx, ninf_c);
     let zero_c = cx.full(0.0, dt, &nct);
     let mx = cx.select(is_ninf, zero_c, mx);
-    let gd = GatherDims {
-        offset_dims: vec![2],
-        collapsed_slice_dims: vec![0, 1],
-        operand_batching_dims: vec![],
-        start_indices_batching_dims: vec![],
-        start_index_map: vec![0, 1],
-        index_vector_dim: 2,
-    };
-    let mxg = cx.gather(mx, idx, &gd, &[1, 1, t], false);
+    let mxg = cx.gather(mx, idx, &ctc_gather_dims(), &[1, 1, t], false);
     let e = cx.sub(abt, mxg);
     let e = cx.exp(e);
     let sm = cx.scatter(zero_c, idx, e, &sd, |b, x, y| b.add(x, y));
@@ -1404,10 +1406,8 @@ fn rrelu_with_noise_functional(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
     let x = args.tensor("self")?;
     let noise = args.tensor("noise")?;
-    let lower = scalar_value(args.opt_scalar("lower")?.unwrap_or(Scalar::Float(crate::args::FloatArg { value: 0.125, slot: None })));
-    let upper = scalar_value(
-        args.opt_scalar("upper")?.unwrap_or(Scalar::Float(crate::args::FloatArg { value: 1.0 / 3.0, slot: None })),
-    );
+    let lower = args.opt_scalar("lower")?.map_or(0.125, scalar_value);
+    let upper = args.opt_scalar("upper")?.map_or(1.0 / 3.0, scalar_value);
     let training = args.bool_or("training", false)?;
     let xd = cx.dims(x.v);
     let nd = cx.dims(noise.v);
@@ -1433,7 +1433,7 @@ fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
         return Ok((cx.cast(y, dt), noise.v));
     }
     check_float_kernel(dt, "rrelu_with_noise_out_cpu", true)?;
-    check!(noise.dtype == dt, Runtime, "expected scalar type {} but found {}", dt.torch_name(), noise.dtype.torch_name());
+    check_scalar_type(dt, noise.dtype)?;
     let numel = cx.numel(x.v);
     if numel == 0 {
         return Ok((x.v, noise.v));
@@ -1518,12 +1518,21 @@ fn group_param_dtype(x: DType, params: &[Option<Tensor>]) -> Result<DType> {
         return Ok(DType::F32);
     }
     for p in params.iter().flatten() {
-        check!(p.dtype == x, Runtime, "expected scalar type {} but found {}", x.torch_name(), p.dtype.torch_name());
+        check_scalar_type(x, p.dtype)?;
     }
     Ok(x)
 }
 
-/// A per-channel parameter [C] in `acc` broadcast over [N, C, HxW] (1 when absent).
+/// A per-(sample, group) statistic [N, G] repeated for each channel of its group, [N, C].
+fn group_to_channels(cx: &mut Cx, v: Value, c: i64) -> Value {
+    let ng = cx.dims(v);
+    let (n, group) = (ng[0], ng[1]);
+    let b = cx.broadcast_in_dim(v, &[n, group, c / group], &[0, 1]);
+    cx.reshape(b, &[n, c])
+}
+
+/// A per-channel parameter [C] in `acc` broadcast over `dims` ([N, C, ...], channels at 1;
+/// `fill` when absent).
 fn channel_param(cx: &mut Cx, p: Option<Tensor>, acc: DType, dims: &[i64], fill: f64) -> Value {
     match p {
         Some(p) => {
@@ -1634,20 +1643,15 @@ fn native_group_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dyx = cx.mul(dyv, xv);
     let ds = reduce(cx, dyx, &[2], Red::Sum);
     let db = reduce(cx, dyv, &[2], Red::Sum);
-    let gamma = match w {
-        Some(w) => {
-            let v = cx.cast(w.v, acc);
-            cx.broadcast_in_dim(v, &[n, c], &[1])
-        }
-        None => cx.full(1.0, acc, &[n, c]),
-    };
+    let gamma = channel_param(cx, w, acc, &[n, c], 1.0);
     // Per group: ds_g = sum ds gamma, db_g = sum db gamma.
-    let dsg = cx.mul(ds, gamma);
-    let dsg = cx.reshape(dsg, &[n, group, d]);
-    let dsg = reduce(cx, dsg, &[2], Red::Sum);
-    let dbg = cx.mul(db, gamma);
-    let dbg = cx.reshape(dbg, &[n, group, d]);
-    let dbg = reduce(cx, dbg, &[2], Red::Sum);
+    let group_sum = |cx: &mut Cx, v: Value| {
+        let vg = cx.mul(v, gamma);
+        let vg = cx.reshape(vg, &[n, group, d]);
+        reduce(cx, vg, &[2], Red::Sum)
+    };
+    let dsg = group_sum(cx, ds);
+    let dbg = group_sum(cx, db);
     let sv = cx.full(1.0 / (d * hw) as f64, acc, &[n, group]);
     // c2 = (db_g mean - ds_g) rstd^3 s, c3 = -c2 mean - db_g rstd s.
     let t = cx.mul(dbg, mv);
@@ -1674,10 +1678,8 @@ fn native_group_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let gx = cx.cast(gx, x.dtype);
     let gx = cx.reshape(gx, &xd);
     // dgamma = sum_n (ds - db mean) rstd, dbeta = sum_n db.
-    let mc = cx.broadcast_in_dim(mv, &[n, group, d], &[0, 1]);
-    let mc = cx.reshape(mc, &[n, c]);
-    let rc = cx.broadcast_in_dim(rv, &[n, group, d], &[0, 1]);
-    let rc = cx.reshape(rc, &[n, c]);
+    let mc = group_to_channels(cx, mv, c);
+    let rc = group_to_channels(cx, rv, c);
     let dbm = cx.mul(db, mc);
     let gw = cx.sub(ds, dbm);
     let gw = cx.mul(gw, rc);
