@@ -14,5 +14,6 @@ if [ -z "$SKIP_SMALL" ]; then
   timeout 120 python3 benches/h200_llama.py --tiny --runs tpu --batch 2 --seq 128 --steps 4 --child-timeout 100 \
     --platform "$TORCHTPU_PLATFORM" 2>&1 | tee "$OUT/tiny.txt"
 fi
+# COMPILE_STEP=1: compile the whole training step (optimizer included) in the compiled runs.
 timeout "${BIG_TIMEOUT:-400}" python3 benches/h200_llama.py --steps "${STEPS:-8}" --runs "${RUNS:-tpu,cuda,inductor}" \
-  --child-timeout "${CHILD_TIMEOUT:-200}" --platform "$TORCHTPU_PLATFORM" 2>&1 | tee "$OUT/llama.txt"
+  --child-timeout "${CHILD_TIMEOUT:-200}" --platform "$TORCHTPU_PLATFORM" ${COMPILE_STEP:+--compile-step} 2>&1 | tee "$OUT/llama.txt"
