@@ -351,13 +351,83 @@ fn keep_if_skipped(cx: &mut Cx, skip: Option<Value>, old: Value, new: Value) -> 
     }
 }
 
+/// The parameter and gradient lists every fused step takes, checked to be of one length.
+fn params_and_grads(args: &Args) -> Result<(Vec<Tensor>, Vec<Tensor>)> {
+    let params = args.tensors("self")?;
+    let grads = args.tensors("grads")?;
+    same_len(args, &[("grads", &grads)], params.len())?;
+    Ok((params, grads))
+}
+
+/// The numbers every fused step takes, as 0-d f32 values: the gradient scaling (see
+/// `scale_and_skip`), lr, weight_decay and whether weight decay is on (wd != 0).
+struct FusedScalars {
+    scale: Option<Value>,
+    skip: Option<Value>,
+    lr: Value,
+    wd: Value,
+    wd_on: Value,
+}
+
+fn fused_scalars(cx: &mut Cx, args: &Args) -> Result<FusedScalars> {
+    let (scale, skip) = scale_and_skip(cx, args)?;
+    let lr = float_or_tensor(cx, args, "lr", DType::F32)?;
+    let wd = float_or_tensor(cx, args, "weight_decay", DType::F32)?;
+    let zero = cx.full(0.0, DType::F32, &[]);
+    let wd_on = cx.compare(CmpDir::Ne, wd, zero);
+    Ok(FusedScalars { scale, skip, lr, wd, wd_on })
+}
+
+/// One parameter of a fused step in f32 and its gradient, divided by grad_scale and negated
+/// for `maximize`; also the unscaled gradient as it is written back (before the negation).
+fn param_and_grad(cx: &mut Cx, args: &Args, fs: &FusedScalars, pt: Tensor, grad: Tensor, maximize: bool) -> Result<(Value, Value, Value)> {
+    check!(pt.dtype.is_float(), Runtime, "{}: parameters must be floating point, got {}", args.op, pt.dtype.torch_name());
+    let f = DType::F32;
+    let p = cx.cast(pt.v, f);
+    let mut g = cx.cast(grad.v, f);
+    if let Some(s) = fs.scale {
+        let s = bc(cx, s, g);
+        g = cx.div(g, s);
+    }
+    let g_out = g;
+    if maximize {
+        g = cx.neg(g);
+    }
+    Ok((p, g, g_out))
+}
+
+/// L2 weight decay folded into the gradient, g + weight_decay * p, through a select so that a
+/// zero weight decay is exact.
+fn l2_decay(cx: &mut Cx, fs: &FusedScalars, g: Value, p: Value) -> Value {
+    let wdb = bc(cx, fs.wd, p);
+    let on = bc(cx, fs.wd_on, p);
+    let t = cx.mul(p, wdb);
+    let gd = cx.add(g, t);
+    cx.select(on, gd, g)
+}
+
+/// A state tensor's new value in its own dtype (the old one where the step is skipped).
+fn state_out(cx: &mut Cx, fs: &FusedScalars, old: Tensor, new: Value) -> Value {
+    let v = keep_if_skipped(cx, fs.skip, old.v, new);
+    cx.cast(v, old.dtype)
+}
+
+/// What is written back to a gradient: the unscaled one when grad_scale is given (unless the
+/// whole step is skipped), else the gradient as it was.
+fn grad_out(cx: &mut Cx, fs: &FusedScalars, grad: Tensor, unscaled: Value) -> Value {
+    if fs.scale.is_none() {
+        return grad.v;
+    }
+    let g = keep_if_skipped(cx, fs.skip, grad.v, unscaled);
+    cx.cast(g, grad.dtype)
+}
+
 /// _fused_adam_ / _fused_adamw_: the Adam(W) step of PyTorch's fused kernels, in f32 for
 /// 16-bit tensors; state_steps were already incremented. Floats stay runtime inputs: weight
 /// decay is applied through a select so that a zero weight decay is exact.
 fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let adamw = args.op == "_fused_adamw";
-    let params = args.tensors("self")?;
-    let grads = args.tensors("grads")?;
+    let (params, grads) = params_and_grads(args)?;
     let exp_avgs = args.tensors("exp_avgs")?;
     let exp_avg_sqs = args.tensors("exp_avg_sqs")?;
     let max_sqs = args.tensors("max_exp_avg_sqs")?;
@@ -365,35 +435,21 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let amsgrad = args.bool("amsgrad")?;
     let maximize = args.bool("maximize")?;
     let n = params.len();
-    same_len(args, &[("grads", &grads), ("exp_avgs", &exp_avgs), ("exp_avg_sqs", &exp_avg_sqs), ("state_steps", &steps)], n)?;
+    same_len(args, &[("exp_avgs", &exp_avgs), ("exp_avg_sqs", &exp_avg_sqs), ("state_steps", &steps)], n)?;
     if amsgrad {
         same_len(args, &[("max_exp_avg_sqs", &max_sqs)], n)?;
     }
-    let (scale, skip) = scale_and_skip(cx, args)?;
+    let fs = fused_scalars(cx, args)?;
     let f = DType::F32;
-    let lr = float_or_tensor(cx, args, "lr", f)?;
+    let (lr, wd) = (fs.lr, fs.wd);
     let beta1 = float_or_tensor(cx, args, "beta1", f)?;
     let beta2 = float_or_tensor(cx, args, "beta2", f)?;
-    let wd = float_or_tensor(cx, args, "weight_decay", f)?;
     let eps = float_or_tensor(cx, args, "eps", f)?;
     let one_ = cx.full(1.0, f, &[]);
-    let zero = cx.full(0.0, f, &[]);
-    let wd_on = cx.compare(CmpDir::Ne, wd, zero);
     let (mut o_p, mut o_g, mut o_m, mut o_v, mut o_mx) = (vec![], vec![], vec![], vec![], vec![]);
     for i in 0..n {
         let pt = params[i];
-        let cdt = compute_dtype(pt.dtype);
-        check!(cdt.is_float(), Runtime, "{}: parameters must be floating point, got {}", args.op, pt.dtype.torch_name());
-        let p = cx.cast(pt.v, f);
-        let mut g = cx.cast(grads[i].v, f);
-        if let Some(s) = scale {
-            let s = bc(cx, s, g);
-            g = cx.div(g, s);
-        }
-        let g_out = g;
-        if maximize {
-            g = cx.neg(g);
-        }
+        let (p, mut g, g_out) = param_and_grad(cx, args, &fs, pt, grads[i], maximize)?;
         let m = cx.cast(exp_avgs[i].v, f);
         let v = cx.cast(exp_avg_sqs[i].v, f);
         // Bias corrections from the (already incremented) step.
@@ -405,19 +461,16 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let bc2 = cx.sub(one_, b2s);
         let bc2_sqrt = cx.sqrt(bc2);
         let mut p_new = p;
-        let wd_b = bc(cx, wd, p);
-        let on = bc(cx, wd_on, p);
         if adamw {
             // param -= lr * weight_decay * param
+            let on = bc(cx, fs.wd_on, p);
             let lr_wd = cx.mul(lr, wd);
             let lr_wd = bc(cx, lr_wd, p);
             let t = cx.mul(lr_wd, p);
             let decayed = cx.sub(p, t);
             p_new = cx.select(on, decayed, p);
         } else {
-            let t = cx.mul(p, wd_b);
-            let gd = cx.add(g, t);
-            g = cx.select(on, gd, g);
+            g = l2_decay(cx, &fs, g, p);
         }
         // exp_avg += (grad - exp_avg) * (1 - beta1)
         let c1 = cx.sub(one_, beta1);
@@ -440,7 +493,7 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let sq_src = if amsgrad {
             let mx = cx.cast(max_sqs[i].v, f);
             let mx_new = crate::elementwise::nan_min_max(cx, mx, v_new, true);
-            let mx_new = keep_if_skipped(cx, skip, max_sqs[i].v, mx_new);
+            let mx_new = keep_if_skipped(cx, fs.skip, max_sqs[i].v, mx_new);
             o_mx.push(cx.cast(mx_new, max_sqs[i].dtype));
             mx_new
         } else {
@@ -452,15 +505,10 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let upd = cx.mul(step_size, m_new);
         let upd = cx.div(upd, denom);
         let p_new = cx.sub(p_new, upd);
-        let p_new = keep_if_skipped(cx, skip, pt.v, p_new);
-        let m_new = keep_if_skipped(cx, skip, exp_avgs[i].v, m_new);
-        let v_new = keep_if_skipped(cx, skip, exp_avg_sqs[i].v, v_new);
-        o_p.push(cx.cast(p_new, pt.dtype));
-        // Unscaled grads are written back, unless the whole step is skipped.
-        let g_out = keep_if_skipped(cx, skip, grads[i].v, g_out);
-        o_g.push(if scale.is_some() { cx.cast(g_out, grads[i].dtype) } else { grads[i].v });
-        o_m.push(cx.cast(m_new, exp_avgs[i].dtype));
-        o_v.push(cx.cast(v_new, exp_avg_sqs[i].dtype));
+        o_p.push(state_out(cx, &fs, pt, p_new));
+        o_g.push(grad_out(cx, &fs, grads[i], g_out));
+        o_m.push(state_out(cx, &fs, exp_avgs[i], m_new));
+        o_v.push(state_out(cx, &fs, exp_avg_sqs[i], v_new));
     }
     if !amsgrad {
         o_mx = max_sqs.iter().map(|t| t.v).collect();
@@ -468,8 +516,6 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     Ok(vec![Out::List(o_p), Out::List(o_g), Out::List(o_m), Out::List(o_v), Out::List(o_mx)])
 }
 
-/// _fused_sgd_: SGD with momentum / nesterov / weight decay as PyTorch's fused kernels do it.
-/// An empty momentum_buffer_list means momentum == 0.
 /// A GradScaler state tensor: one element of a float (or, for the growth tracker, int32) dtype.
 fn amp_state(args: &Args, name: &str, float: bool) -> Result<crate::args::Tensor> {
     let t = args.tensor(name)?;
@@ -549,49 +595,28 @@ fn amp_update_scale(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// _fused_adagrad_: PyTorch's fused Adagrad step (state_steps already incremented), in f32
 /// for 16-bit tensors: sum += g^2; param -= lr / (1 + (step - 1) * lr_decay) * g / (sqrt(sum) + eps).
 fn fused_adagrad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let params = args.tensors("self")?;
-    let grads = args.tensors("grads")?;
+    let (params, grads) = params_and_grads(args)?;
     let sums = args.tensors("state_sums")?;
     let steps = args.tensors("state_steps")?;
     let maximize = args.bool("maximize")?;
     let n = params.len();
-    same_len(args, &[("grads", &grads), ("state_sums", &sums), ("state_steps", &steps)], n)?;
-    let (scale, skip) = scale_and_skip(cx, args)?;
+    same_len(args, &[("state_sums", &sums), ("state_steps", &steps)], n)?;
+    let fs = fused_scalars(cx, args)?;
     let f = DType::F32;
-    let lr = float_or_tensor(cx, args, "lr", f)?;
     let lr_decay = float_or_tensor(cx, args, "lr_decay", f)?;
-    let wd = float_or_tensor(cx, args, "weight_decay", f)?;
     let eps = float_or_tensor(cx, args, "eps", f)?;
     let one_ = cx.full(1.0, f, &[]);
-    let zero = cx.full(0.0, f, &[]);
-    let wd_on = cx.compare(CmpDir::Ne, wd, zero);
     let (mut o_p, mut o_g, mut o_s) = (vec![], vec![], vec![]);
     for i in 0..n {
         let pt = params[i];
-        check!(compute_dtype(pt.dtype).is_float(), Runtime, "{}: parameters must be floating point, got {}", args.op, pt.dtype.torch_name());
-        let p = cx.cast(pt.v, f);
-        let mut g = cx.cast(grads[i].v, f);
-        if let Some(s) = scale {
-            let s = bc(cx, s, g);
-            g = cx.div(g, s);
-        }
-        let g_out = g;
-        if maximize {
-            g = cx.neg(g);
-        }
-        let decayed = {
-            let w = bc(cx, wd, p);
-            let t = cx.mul(p, w);
-            cx.add(g, t)
-        };
-        let on = bc(cx, wd_on, p);
-        g = cx.select(on, decayed, g);
+        let (p, g, g_out) = param_and_grad(cx, args, &fs, pt, grads[i], maximize)?;
+        let g = l2_decay(cx, &fs, g, p);
         let step = cx.cast(steps[i].v, f);
         let step = cx.reshape(step, &[]);
         let prev = cx.sub(step, one_);
         let decay = cx.mul(prev, lr_decay);
         let decay = cx.add(one_, decay);
-        let clr = cx.div(lr, decay);
+        let clr = cx.div(fs.lr, decay);
         let sum = cx.cast(sums[i].v, f);
         let gg = cx.mul(g, g);
         let sum_new = cx.add(sum, gg);
@@ -602,58 +627,37 @@ fn fused_adagrad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let upd = cx.mul(clr, g);
         let upd = cx.div(upd, std);
         let p_new = cx.sub(p, upd);
-        let p_new = keep_if_skipped(cx, skip, pt.v, p_new);
-        let sum_new = keep_if_skipped(cx, skip, sums[i].v, sum_new);
-        o_p.push(cx.cast(p_new, pt.dtype));
-        let g_out = keep_if_skipped(cx, skip, grads[i].v, g_out);
-        o_g.push(if scale.is_some() { cx.cast(g_out, grads[i].dtype) } else { grads[i].v });
-        o_s.push(cx.cast(sum_new, sums[i].dtype));
+        o_p.push(state_out(cx, &fs, pt, p_new));
+        o_g.push(grad_out(cx, &fs, grads[i], g_out));
+        o_s.push(state_out(cx, &fs, sums[i], sum_new));
     }
     let o_steps = steps.iter().map(|t| t.v).collect();
     Ok(vec![Out::List(o_p), Out::List(o_g), Out::List(o_s), Out::List(o_steps)])
 }
 
+/// _fused_sgd_: SGD with momentum / nesterov / weight decay as PyTorch's fused kernels do it.
+/// An empty momentum_buffer_list means momentum == 0.
 fn fused_sgd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let params = args.tensors("self")?;
-    let grads = args.tensors("grads")?;
+    let (params, grads) = params_and_grads(args)?;
     let bufs = args.tensors("momentum_buffer_list")?;
     let nesterov = args.bool("nesterov")?;
     let maximize = args.bool("maximize")?;
     let first = args.bool("is_first_step")?;
     let n = params.len();
-    same_len(args, &[("grads", &grads)], n)?;
     let use_momentum = !bufs.is_empty();
     if use_momentum {
         same_len(args, &[("momentum_buffer_list", &bufs)], n)?;
     }
-    let (scale, skip) = scale_and_skip(cx, args)?;
+    let fs = fused_scalars(cx, args)?;
     let f = DType::F32;
-    let lr = float_or_tensor(cx, args, "lr", f)?;
-    let wd = float_or_tensor(cx, args, "weight_decay", f)?;
     let momentum = float_or_tensor(cx, args, "momentum", f)?;
     let dampening = float_or_tensor(cx, args, "dampening", f)?;
     let one_ = cx.full(1.0, f, &[]);
-    let zero = cx.full(0.0, f, &[]);
-    let wd_on = cx.compare(CmpDir::Ne, wd, zero);
     let (mut o_p, mut o_g, mut o_b) = (vec![], vec![], vec![]);
     for i in 0..n {
         let pt = params[i];
-        check!(pt.dtype.is_float(), Runtime, "{}: parameters must be floating point, got {}", args.op, pt.dtype.torch_name());
-        let p = cx.cast(pt.v, f);
-        let mut g = cx.cast(grads[i].v, f);
-        if let Some(s) = scale {
-            let s = bc(cx, s, g);
-            g = cx.div(g, s);
-        }
-        let g_out = g;
-        if maximize {
-            g = cx.neg(g);
-        }
-        let wdb = bc(cx, wd, p);
-        let on = bc(cx, wd_on, p);
-        let t = cx.mul(p, wdb);
-        let gd = cx.add(g, t);
-        g = cx.select(on, gd, g);
+        let (p, g, g_out) = param_and_grad(cx, args, &fs, pt, grads[i], maximize)?;
+        let mut g = l2_decay(cx, &fs, g, p);
         if use_momentum {
             let buf_new = if first {
                 g
@@ -673,17 +677,13 @@ fn fused_sgd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             } else {
                 buf_new
             };
-            let buf_new = keep_if_skipped(cx, skip, bufs[i].v, buf_new);
-            o_b.push(cx.cast(buf_new, bufs[i].dtype));
+            o_b.push(state_out(cx, &fs, bufs[i], buf_new));
         }
-        let lrb = bc(cx, lr, p);
+        let lrb = bc(cx, fs.lr, p);
         let upd = cx.mul(lrb, g);
         let p_new = cx.sub(p, upd);
-        let p_new = keep_if_skipped(cx, skip, pt.v, p_new);
-        o_p.push(cx.cast(p_new, pt.dtype));
-        // Unscaled grads are written back, unless the whole step is skipped.
-        let g_out = keep_if_skipped(cx, skip, grads[i].v, g_out);
-        o_g.push(if scale.is_some() { cx.cast(g_out, grads[i].dtype) } else { grads[i].v });
+        o_p.push(state_out(cx, &fs, pt, p_new));
+        o_g.push(grad_out(cx, &fs, grads[i], g_out));
     }
     Ok(vec![Out::List(o_p), Out::List(o_g), Out::List(o_b)])
 }
