@@ -1,5 +1,6 @@
 """Eager dispatch cost: microseconds per cached `x + y` on 2x2 tensors on "tpu" against the same
-op in torch on CPU, measured in the same run; and the compile time of a first-seen op."""
+op in torch on CPU, measured in the same run; per `x[idx]` with the index on tpu (an op with a
+device-side bounds check); and the compile time of a first-seen op."""
 import time
 
 import torch
@@ -24,6 +25,8 @@ def main():
     xt, yt = xc.to("tpu"), yc.to("tpu")
     cpu = per_op_us(lambda: xc + yc, n)
     tpu = per_op_us(lambda: xt + yt, n)
+    xi, idx = torch.randn(100, 16, device="tpu"), torch.randint(0, 100, (8,), device="tpu")
+    index = per_op_us(lambda: xi[idx], n)
     (xt + yt).cpu()  # drain
     t0 = time.perf_counter()
     z = torch.atan2(xt, yt * 3.0)  # an op this process has not compiled yet
@@ -33,6 +36,7 @@ def main():
     print(f"x + y on 2x2, torch CPU eager : {cpu:7.2f} us/op")
     print(f"x + y on 2x2, torchtpu eager  : {tpu:7.2f} us/op")
     print(f"ratio tpu / cpu               : {tpu / cpu:7.2f}x")
+    print(f"x[idx], 8 of 100 rows (tpu)   : {index:7.2f} us/op")
     if torch.cuda.is_available():  # on a GPU machine, torch's own CUDA eager path as a second baseline
         xg, yg = xc.cuda(), yc.cuda()
         gpu = per_op_us(lambda: xg + yg, n)

@@ -77,9 +77,14 @@ def device(device):
 
 
 def synchronize(device=None):
-    """Waits for all work queued on the device (reads already wait for their producers)."""
+    """Waits for all work queued on the device (reads already wait for their producers), and
+    raises the error of an earlier op that failed on the device (an out-of-range index), as
+    torch.cuda.synchronize does."""
     _lazy_init()
     _C.synchronize()
+    # Every read from the device raises pending device-side errors with PyTorch's exception
+    # class; reading a never-written one-element tensor runs nothing on the device.
+    torch.empty((), device="tpu").item()
 
 
 def get_device_name(device=None):

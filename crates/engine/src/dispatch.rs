@@ -3,6 +3,7 @@
 //! scalars, and hand back new cells or swap new buffers into written cells.
 use crate::abi::*;
 use crate::cell::{Cell, DevBuf, Stored};
+use crate::checks;
 use crate::runtime::runtime;
 use crate::view::{self, Geometry};
 use crate::Error;
@@ -34,6 +35,8 @@ enum Feed {
     Scalar(u32, ElemType),
     /// The random state from a generator argument.
     Rng(u32),
+    /// The device's check accumulator (see checks.rs).
+    CheckAcc,
 }
 
 #[derive(Clone, Debug)]
@@ -54,6 +57,11 @@ struct Entry {
     feeds: Vec<Feed>,
     results: Vec<OutSpec>,
     returns: Vec<RetSpec>,
+    /// Checks run on host-fed index tensors before the program.
+    host_checks: Vec<checks::HostCheck>,
+    /// Whether the program has device checks: it takes the device's check accumulator (fed
+    /// as `Feed::CheckAcc`) and returns it updated as its last result.
+    checks: bool,
 }
 
 /// FNV-style mixing of the u64 words of a key: keys are short and built fresh per call.
@@ -418,8 +426,10 @@ fn lookup(
     Ok(Looked::Entry(entry))
 }
 
-/// The number a size program produced (waits for it).
+/// The number a size program produced (waits for it: a synchronization, where pending checks
+/// raise).
 fn read_count(produced: Vec<Produced>) -> Result<i64, Error> {
+    checks::raise_pending()?;
     let Some(Produced::Tensor { cell, dtype, .. }) = produced.into_iter().next() else {
         return Err(Error::runtime("torchtpu: a size program must return one tensor"));
     };
@@ -459,8 +469,13 @@ struct Builder<'a> {
 impl Builder<'_> {
     fn feed(&mut self, ty: TensorType, feed: Feed) -> Value {
         let tag = self.feeds.len() as u32;
+        let host = matches!(feed, Feed::Host(..));
         self.feeds.push(feed);
-        self.cx.external_param(ty, tag)
+        if host {
+            self.cx.host_param(ty, tag)
+        } else {
+            self.cx.external_param(ty, tag)
+        }
     }
 
     fn base(&mut self, slot: u32, t: &TtTensor) -> Result<Value, Error> {
@@ -649,6 +664,40 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
             specs.push(OutSpec::Base { slot: slot as u32, dtype: b.cx.dtype(v), dims: b.cx.dims(v), donated: false });
         }
     }
+    // Data-dependent checks: host ones run before the program; device ones update the
+    // device's check accumulator, the program's last result.
+    let mut host_checks = Vec::new();
+    let mut first: Option<Value> = None;
+    for c in std::mem::take(&mut b.cx.checks) {
+        match c.eval {
+            lowerings::CheckEval::Host { members, shape } => {
+                let members = members
+                    .into_iter()
+                    .map(|m| match b.feeds[m.tag as usize] {
+                        Feed::Host(arg, item) => Ok((arg, item, m.dims, m.lo, m.hi)),
+                        _ => Err(Error::runtime("torchtpu: a host check on an input that is not a host tensor")),
+                    })
+                    .collect::<Result<_, Error>>()?;
+                host_checks.push(checks::HostCheck { kind: c.kind, messages: c.messages, members, shape });
+            }
+            lowerings::CheckEval::Device(v) => {
+                let ids: Vec<i64> = c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)).collect();
+                let row = failure_row(&mut b.cx, v, &ids);
+                first = Some(match first {
+                    None => row,
+                    Some(prev) => keep_first(&mut b.cx, prev, row),
+                });
+            }
+        }
+    }
+    let checks = first.is_some();
+    let mut acc_alias = None;
+    if let Some(row) = first {
+        let acc = b.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
+        results.push(keep_first(&mut b.cx, acc, row));
+        // The new accumulator reuses the old one's memory.
+        acc_alias = Some((b.cx.b.num_params() - 1, results.len() - 1));
+    }
     // Float scalars the lowering made into inputs.
     let mut feeds = b.feeds;
     let cx_feeds = std::mem::take(&mut b.cx.feeds);
@@ -676,12 +725,42 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
             }
         }
     }
+    aliases.extend(acc_alias);
     let text = b.cx.b.finish_with_aliases(&results, &aliases);
     let rt = runtime()?;
     let exe = rt.compile(&text).map_err(|e| {
         Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text))
     })?;
-    Ok(Built::Entry(Entry { exe, feeds, results: specs, returns }))
+    Ok(Built::Entry(Entry { exe, feeds, results: specs, returns, host_checks, checks }))
+}
+
+/// A device check's result [1 + member, position, value] as [failure id, position, value]
+/// (id 0: passed).
+fn failure_row(cx: &mut Cx, v: Value, ids: &[i64]) -> Value {
+    let code = cx.b.slice(v, &[0], &[1], &[1]);
+    let rest = cx.b.slice(v, &[1], &[3], &[1]);
+    let mut id = cx.b.constant_i64(0, ElemType::I64);
+    let id_dims = [1];
+    id = cx.b.broadcast_in_dim(id, &id_dims, &[]);
+    for (m, &h) in ids.iter().enumerate().rev() {
+        let mc = cx.b.constant_i64(m as i64 + 1, ElemType::I64);
+        let mc = cx.b.broadcast_in_dim(mc, &id_dims, &[]);
+        let hit = cx.b.compare(stablehlo::CmpDir::Eq, code, mc);
+        let hc = cx.b.constant_i64(h, ElemType::I64);
+        let hc = cx.b.broadcast_in_dim(hc, &id_dims, &[]);
+        id = cx.b.select(hit, hc, id);
+    }
+    cx.b.concatenate(&[id, rest], 0)
+}
+
+/// `prev` if it holds a failure, else `next` (both [failure id, position, value]).
+fn keep_first(cx: &mut Cx, prev: Value, next: Value) -> Value {
+    let id = cx.b.slice(prev, &[0], &[1], &[1]);
+    let zero = cx.b.constant_i64(0, ElemType::I64);
+    let zero = cx.b.broadcast_in_dim(zero, &[1], &[]);
+    let failed = cx.b.compare(stablehlo::CmpDir::Ne, id, zero);
+    let failed = cx.b.broadcast_in_dim(failed, &[3], &[0]);
+    cx.b.select(failed, prev, next)
 }
 
 /// Ops that take CPU tensors with dimensions (indices) like PyTorch's CUDA backend does.
@@ -706,6 +785,9 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
 }
 
 fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Error> {
+    for c in &entry.host_checks {
+        checks::run_host(c, args)?;
+    }
     let rt = runtime()?;
     let device = scan.device;
     let mut owned: Vec<pjrt::Buffer> = Vec::new();
@@ -724,6 +806,7 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 let (bytes, len) = crate::host::scalar_bytes(scan.floats[n as usize], elem);
                 owned.push(upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?);
             }
+            Feed::CheckAcc => {}
             Feed::Rng(arg) => {
                 let a = &args[arg as usize];
                 let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
@@ -735,6 +818,8 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
             }
         }
     }
+    // Held from here until the program's new accumulator is stored (see checks.rs).
+    let acc = if entry.checks { Some(checks::acc(device)?) } else { None };
     let mut inputs: Vec<&pjrt::Buffer> = Vec::with_capacity(entry.feeds.len());
     let mut next_owned = 0;
     for f in &entry.feeds {
@@ -744,14 +829,18 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 let s = unsafe { cell.get() }.as_ref().expect("a fed cell holds a buffer");
                 inputs.push(&s.buf.buf);
             }
+            Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
             _ => {
                 inputs.push(&owned[next_owned]);
                 next_owned += 1;
             }
         }
     }
-    let outputs = entry.exe.execute(&inputs, rt.device(device)?)?;
+    let mut outputs = entry.exe.execute(&inputs, rt.device(device)?)?;
     drop(inputs);
+    if let Some(acc) = acc {
+        acc.store(outputs.pop().expect("a program with checks returns its check accumulator last"));
+    }
 
     let mut made: Vec<Option<Produced>> = Vec::with_capacity(outputs.len());
     for (buf, spec) in outputs.into_iter().zip(&entry.results) {

@@ -93,8 +93,10 @@ fn none_arg() -> TtArg {
     TtArg { kind: TT_NONE, p: TtPayload { n: TtPair { i: 0, i2: 0 } } }
 }
 
-/// Reads the view `t` into `dst` (dense row-major bytes of its dtype).
+/// Reads the view `t` into `dst` (dense row-major bytes of its dtype). A synchronization: a
+/// failed check of an earlier op raises here first.
 pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
+    crate::checks::raise_pending()?;
     let cell = unsafe { &*(t.cell as *const Cell) };
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
     let direct = dispatch::locked(|| match unsafe { cell.get() } {

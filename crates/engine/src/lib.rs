@@ -2,6 +2,7 @@
 //! aten calls on a PJRT plugin. The C ABI types it speaks are in `abi` (mirrors csrc/abi.h).
 pub mod abi;
 pub mod cell;
+pub mod checks;
 pub mod dispatch;
 pub mod disk_cache;
 pub mod host;

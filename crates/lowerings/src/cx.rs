@@ -2,9 +2,9 @@
 //! runtime scalars, and the helpers every lowering shares (broadcasting, casts, dims).
 use crate::args::{Scalar, Tensor};
 use crate::dtype::{DType, Rank};
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::{bail, check};
-use stablehlo::{Builder, ElemType, TensorType, Value};
+use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
 /// What feeds one parameter of the module at run time.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,6 +18,51 @@ pub enum Feed {
 pub struct Cx {
     pub b: Builder,
     pub feeds: Vec<Feed>,
+    /// The program's data-dependent checks (out-of-range indices), in the order PyTorch makes
+    /// them; the caller runs them (see `Check`).
+    pub checks: Vec<Check>,
+    /// Parameters whose values the caller also holds in host memory (CPU index tensors), with
+    /// their feed tags: checks on them run on the host before the program.
+    host_params: Vec<(Value, u32)>,
+}
+
+/// A data-dependent check, as PyTorch's kernels make while reading indices: when it fails,
+/// `kind` is raised with the message of the failing member, where `{value}` stands for the
+/// failing value and `{position}` for its position (row-major in the checked shape).
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub kind: ErrorKind,
+    pub messages: Vec<String>,
+    pub eval: CheckEval,
+}
+
+#[derive(Clone, Debug)]
+pub enum CheckEval {
+    /// Computed by the program: an int64 [3] value, [0, _, _] when the check passes, else
+    /// [1 + the failing member, position, value]. The caller reads it after the program ran.
+    Device(Value),
+    /// Every member is an index tensor fed from host memory: the caller checks the values
+    /// itself before running the program (the error is raised at the call, like PyTorch).
+    Host { members: Vec<HostBound>, shape: Vec<i64> },
+}
+
+/// One index tensor of a host check: the feed tag of its parameter, its dims (broadcast to
+/// the check's shape) and the valid range `lo..hi`.
+#[derive(Clone, Debug)]
+pub struct HostBound {
+    pub tag: u32,
+    pub dims: Vec<i64>,
+    pub lo: i64,
+    pub hi: i64,
+}
+
+/// An index tensor and its valid range `lo..hi`, for `Cx::check_indices`.
+#[derive(Clone, Debug)]
+pub struct Bound {
+    pub index: Value,
+    pub lo: i64,
+    pub hi: i64,
+    pub message: String,
 }
 
 impl std::ops::Deref for Cx {
@@ -40,13 +85,117 @@ impl Default for Cx {
 
 impl Cx {
     pub fn new() -> Self {
-        Cx { b: Builder::new(), feeds: Vec::new() }
+        Cx { b: Builder::new(), feeds: Vec::new(), checks: Vec::new(), host_params: Vec::new() }
     }
 
     /// A module parameter fed by the caller; `tag` says which of its inputs.
     pub fn external_param(&mut self, ty: TensorType, tag: u32) -> Value {
         self.feeds.push(Feed::External(tag));
         self.b.param(ty)
+    }
+
+    /// An `external_param` whose values the caller holds in host memory: checks of it as an
+    /// index tensor become host checks.
+    pub fn host_param(&mut self, ty: TensorType, tag: u32) -> Value {
+        let v = self.external_param(ty, tag);
+        self.host_params.push((v, tag));
+        v
+    }
+
+    /// PyTorch's bounds check of an index tensor: every value must lie in `lo..hi` (`-size..size`
+    /// where negative indices wrap, `0..size` where they don't), else `kind` with `message`
+    /// (`{value}`: the first bad value, `{position}`: its row-major position). Pass the index
+    /// tensor as the lowering got it (not a converted copy), so that a CPU index is checked on
+    /// the host at the call.
+    pub fn check_index(&mut self, index: Value, lo: i64, hi: i64, kind: ErrorKind, message: impl Into<String>) {
+        self.check_indices(kind, vec![Bound { index, lo, hi, message: message.into() }]);
+    }
+
+    /// Index tensors that broadcast together (`x[i, j]`): the failure reported is the first
+    /// element (row-major in the broadcast shape) where any member fails, and there the first
+    /// failing member, as PyTorch's index kernel meets them.
+    pub fn check_indices(&mut self, kind: ErrorKind, bounds: Vec<Bound>) {
+        if bounds.is_empty() {
+            return;
+        }
+        let shapes: Vec<Vec<i64>> = bounds.iter().map(|b| self.dims(b.index)).collect();
+        let shape = broadcast_shapes(&shapes).expect("check_indices: the index tensors broadcast together");
+        let n: i64 = shape.iter().product();
+        if n == 0 {
+            return;
+        }
+        let messages = bounds.iter().map(|b| b.message.clone()).collect();
+        let tags: Vec<Option<u32>> =
+            bounds.iter().map(|b| self.host_params.iter().find(|(v, _)| *v == b.index).map(|&(_, t)| t)).collect();
+        if tags.iter().all(|t| t.is_some()) {
+            let members = bounds
+                .iter()
+                .zip(&tags)
+                .zip(shapes)
+                .map(|((b, t), dims)| HostBound { tag: t.unwrap(), dims, lo: b.lo, hi: b.hi })
+                .collect();
+            self.checks.push(Check { kind, messages, eval: CheckEval::Host { members, shape } });
+            return;
+        }
+        let k = bounds.len() as i64;
+        let i64t = ElemType::I64;
+        let (mut vals, mut bads) = (Vec::new(), Vec::new());
+        for b in &bounds {
+            let v = self.b.convert(b.index, i64t);
+            let v = self.b.broadcast_to(v, &shape);
+            let v = self.b.reshape(v, &[n, 1]);
+            let lo = self.const_i64(b.lo, &[n, 1]);
+            let hi = self.const_i64(b.hi, &[n, 1]);
+            let below = self.b.compare(CmpDir::Lt, v, lo);
+            let above = self.b.compare(CmpDir::Ge, v, hi);
+            bads.push(self.b.or(below, above));
+            vals.push(v);
+        }
+        // Row-major over [element, member]: the first failing slot is PyTorch's first error.
+        // One reduction finds it and its value.
+        let (vals, bads) = if k == 1 {
+            (self.b.reshape(vals[0], &[n]), self.b.reshape(bads[0], &[n]))
+        } else {
+            let v = self.b.concatenate(&vals, 1);
+            let b = self.b.concatenate(&bads, 1);
+            (self.b.reshape(v, &[n * k]), self.b.reshape(b, &[n * k]))
+        };
+        let slot = self.b.iota(&TensorType::new(i64t, &[n * k]), 0);
+        let none = self.const_i64(n * k, &[n * k]);
+        let cand = self.b.select(bads, slot, none);
+        let init = self.b.constant_i64(n * k, i64t);
+        let zero = self.b.constant_i64(0, i64t);
+        let found = self.b.reduce(&[cand, vals], &[init, zero], &[0], |b, a| {
+            let take = b.compare(CmpDir::Lt, a[2], a[0]);
+            vec![b.select(take, a[2], a[0]), b.select(take, a[3], a[1])]
+        });
+        let (first, value) = (found[0], found[1]);
+        let (member, position) = if k == 1 {
+            (zero, first)
+        } else {
+            let kk = self.b.constant_i64(k, i64t);
+            (self.b.rem(first, kk), self.b.div(first, kk))
+        };
+        let one = self.b.constant_i64(1, i64t);
+        let code = self.b.add(member, one);
+        let total = self.b.constant_i64(n * k, i64t);
+        let failed = self.b.compare(CmpDir::Lt, first, total);
+        let code = self.b.select(failed, code, zero);
+        let parts: Vec<Value> = [code, position, value].iter().map(|&v| self.b.reshape(v, &[1])).collect();
+        let bad = self.b.concatenate(&parts, 0);
+        self.checks.push(Check { kind, messages, eval: CheckEval::Device(bad) });
+    }
+
+    /// A check computed by the lowering itself: `bad` is an int64 [3] value, [0, _, _] when
+    /// it passes, else [1 + index into `messages`, position, value] (see `Check`).
+    pub fn add_check(&mut self, bad: Value, kind: ErrorKind, messages: Vec<String>) {
+        assert!(self.b.elem(bad) == ElemType::I64 && self.b.dims(bad) == [3], "add_check: `bad` must be int64 [3]");
+        self.checks.push(Check { kind, messages, eval: CheckEval::Device(bad) });
+    }
+
+    fn const_i64(&mut self, x: i64, dims: &[i64]) -> Value {
+        let c = self.b.constant_i64(x, ElemType::I64);
+        self.b.broadcast_in_dim(c, dims, &[])
     }
 
     pub fn dims(&self, v: Value) -> Vec<i64> {
@@ -157,4 +306,56 @@ pub fn operand(t: &Tensor) -> (DType, Rank) {
 
 pub fn is_floating_or_complex(d: DType) -> bool {
     d.is_float() || d.is_complex()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn param(cx: &mut Cx, dims: &[i64], host: bool) -> Value {
+        let ty = TensorType::new(ElemType::I64, dims);
+        if host {
+            cx.host_param(ty, 7)
+        } else {
+            cx.external_param(ty, 3)
+        }
+    }
+
+    #[test]
+    fn host_fed_indices_are_checked_on_the_host() {
+        let mut cx = Cx::new();
+        let i = param(&mut cx, &[2, 1], true);
+        let j = param(&mut cx, &[3], true);
+        let b = |index, size: i64| Bound { index, lo: -size, hi: size, message: "m {value}".into() };
+        cx.check_indices(ErrorKind::Index, vec![b(i, 4), b(j, 5)]);
+        let CheckEval::Host { members, shape } = &cx.checks[0].eval else { panic!("expected a host check") };
+        assert_eq!(shape, &vec![2, 3]);
+        assert_eq!((members[0].tag, members[1].dims.clone(), members[1].lo), (7, vec![3], -5));
+    }
+
+    #[test]
+    fn device_indices_become_a_program_value() {
+        let mut cx = Cx::new();
+        let i = param(&mut cx, &[4], true);
+        let j = param(&mut cx, &[4], false);
+        cx.check_index(j, 0, 9, ErrorKind::Runtime, "bad {value}");
+        cx.check_indices(ErrorKind::Index, vec![
+            Bound { index: i, lo: 0, hi: 2, message: "a".into() },
+            Bound { index: j, lo: 0, hi: 2, message: "b".into() },
+        ]);
+        assert_eq!(cx.checks.len(), 2);
+        for c in &cx.checks {
+            let CheckEval::Device(v) = c.eval else { panic!("expected a device check") };
+            assert_eq!((cx.dims(v), cx.dtype(v)), (vec![3], DType::I64));
+        }
+        assert_eq!(cx.checks[1].messages, vec!["a".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn empty_indices_are_not_checked() {
+        let mut cx = Cx::new();
+        let i = param(&mut cx, &[0, 3], false);
+        cx.check_index(i, 0, 1, ErrorKind::Index, "x");
+        assert!(cx.checks.is_empty());
+    }
 }

@@ -3,12 +3,16 @@
 //! put, embedding_dense_backward, and the ops whose output size depends on the data
 //! (nonzero, masked_select, unique).
 //!
-//! Index bounds: PyTorch raises for out-of-range indices; a device program cannot. Gathers
-//! here clamp such indices into range (XLA's gather semantics) and scatters drop them.
+//! Index bounds: PyTorch raises for out-of-range indices. Gathers clamp such indices into
+//! range (XLA's gather semantics) and scatters drop them, so every op here that reads
+//! user-given indices attaches PyTorch's check (`Cx::check_index`), with PyTorch's CPU
+//! exception class and message: at the call for CPU index tensors, at the next
+//! synchronization for device ones (see engine/src/checks.rs). `_unsafe_index` and
+//! `_unsafe_index_put` do not check, as in PyTorch.
 use crate::args::{Arg, Args, Scalar, Tensor};
-use crate::cx::{broadcast_shapes, wrap_dim, Cx};
+use crate::cx::{broadcast_shapes, wrap_dim, Bound, Cx};
 use crate::dtype::{DType, Rank};
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
@@ -23,7 +27,8 @@ pub fn register(r: &mut Registry) {
     r.add("index_put", index_put);
     r.add("_index_put_impl", index_put);
     r.add("_unsafe_index_put", index_put);
-    r.add("index_add", index_add);
+    // Specialized: PyTorch's message for a bad index depends on whether alpha is 1.
+    r.add_specialized("index_add", index_add);
     r.add("index_copy", index_copy);
     r.add("index_fill", index_fill);
     r.add("index_reduce", index_reduce);
@@ -270,16 +275,40 @@ fn index_select(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let n = numel(&idims);
     if xd.is_empty() {
         check!(n == 1, Runtime, "index_select(): Index to scalar can have only 1 value, got {} value(s)", n);
+        cx.check_index(index.v, 0, 1, ErrorKind::Index, "index out of range in self");
         return one(x.v);
     }
     let mut out = xd.clone();
     out[dim] = n;
-    if numel(&out) == 0 {
+    if !index_select_check(cx, &xd, dim, index.v)? {
         return one(cx.full(0.0, x.dtype, &out));
     }
-    check!(xd[dim] > 0, Index, "index out of range in self");
     let idx = cx.reshape(index.v, &[n]);
     one(take_along(cx, x.v, dim, idx))
+}
+
+/// index_select's bounds check of `index` into dim `dim` of a tensor of dims `xd` (not 0-d),
+/// with the messages of PyTorch's CPU kernel, which differ by path. Returns whether there is
+/// anything to gather.
+pub(crate) fn index_select_check(cx: &mut Cx, xd: &[i64], dim: usize, index: Value) -> Result<bool> {
+    let n = numel(&cx.dims(index));
+    let size = xd[dim];
+    let indices_msg = format!("INDICES element is out of DATA bounds, id={{value}} axis_dim={size}");
+    if xd.len() == 1 {
+        check!(n == 0 || size > 0, Index, "index out of range in self");
+        cx.check_index(index, 0, size, ErrorKind::Index, "index out of range in self");
+    } else if n == 0 {
+        return Ok(false);
+    } else if numel(xd) == 0 {
+        check!(size > 0, Runtime, "index_select(): self indexing axis dim should be positive");
+        cx.check_index(index, 0, size, ErrorKind::Runtime, indices_msg);
+        return Ok(false);
+    } else if dim == 1 {
+        cx.check_index(index, 0, size, ErrorKind::Runtime, indices_msg);
+    } else {
+        cx.check_index(index, 0, size, ErrorKind::Index, "index out of range in self");
+    }
+    Ok(n > 0 && numel(xd) > 0)
 }
 
 fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -311,7 +340,11 @@ fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if numel(&id) == 0 {
         return one(cx.full(0.0, x.dtype, &id));
     }
-    check!(xs[dim] > 0, Runtime, "index is out of bounds for dimension {} with size 0", dim);
+    check_along(cx, index.v, dim, xs[dim]);
+    if xs[dim] == 0 {
+        // Every index fails the check.
+        return one(cx.full(0.0, x.dtype, &id));
+    }
     let xv = cx.reshape(x.v, &xs);
     let iv = cx.reshape(index.v, &is);
     let coords = along_coords(cx, iv, dim);
@@ -319,8 +352,15 @@ fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.reshape(g, &id))
 }
 
-/// The shared checks of scatter, scatter_add and scatter_reduce; returns the wrapped dim.
-fn scatter_check(cx: &Cx, x: &Tensor, dim: i64, index: &Tensor, src: Option<&Tensor>) -> Result<usize> {
+/// gather's and scatter's bounds check: indices into dim `dim` (of size `size`) in 0..size.
+fn check_along(cx: &mut Cx, index: Value, dim: usize, size: i64) {
+    let msg = format!("index {{value}} is out of bounds for dimension {dim} with size {size}");
+    cx.check_index(index, 0, size, ErrorKind::Runtime, msg);
+}
+
+/// The shared checks of scatter, scatter_add and scatter_reduce, the bounds of the index
+/// values included; returns the wrapped dim.
+fn scatter_check(cx: &mut Cx, x: &Tensor, dim: i64, index: &Tensor, src: Option<&Tensor>) -> Result<usize> {
     check!(
         numel(&cx.dims(index.v)) == 0 || is_index_dtype(index.dtype),
         Runtime,
@@ -362,6 +402,7 @@ fn scatter_check(cx: &Cx, x: &Tensor, dim: i64, index: &Tensor, src: Option<&Ten
             dim
         );
     }
+    check_along(cx, index.v, dim, xs[dim]);
     Ok(dim)
 }
 
@@ -690,6 +731,26 @@ fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>]) -> Result<Optio
     Ok(Some(Advanced { perm, coords, bshape, k, rest, front: if contiguous { pos[0] } else { 0 }, indexed_sizes }))
 }
 
+/// PyTorch's bounds check of advanced indices: the index tensors the user gave (`user`; not the
+/// coordinates a boolean mask expanded to) in -size..size of their dims. PyTorch names a dim
+/// by its place among the index tensors (after mask expansion).
+fn check_advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>], user: &[Value]) {
+    let mut bounds = Vec::new();
+    for (j, (d, t)) in indices.iter().enumerate().filter_map(|(d, t)| t.map(|t| (d, t))).enumerate() {
+        if user.contains(&t.v) {
+            let size = xd[d];
+            let message = format!("index {{value}} is out of bounds for dimension {j} with size {size}");
+            bounds.push(Bound { index: t.v, lo: -size, hi: size, message });
+        }
+    }
+    cx.check_indices(ErrorKind::Index, bounds);
+}
+
+/// The index tensors as the user gave them (their values, for `check_advanced`).
+fn user_indices(indices: &[Option<Tensor>]) -> Vec<Value> {
+    indices.iter().flatten().map(|t| t.v).collect()
+}
+
 /// The single boolean mask among the indices, if any: (position, tensor).
 fn bool_mask(indices: &[Option<Tensor>]) -> Option<(usize, Tensor)> {
     indices
@@ -701,6 +762,7 @@ fn bool_mask(indices: &[Option<Tensor>]) -> Option<(usize, Tensor)> {
 fn index(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let indices = index_list(args)?;
+    let user = user_indices(&indices);
     let xd = cx.dims(x.v);
     let indices = match bool_mask(&indices) {
         None => indices,
@@ -714,6 +776,9 @@ fn index(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cx.full(0.0, x.dtype, &out_dims));
     }
     check!(!a.indexed_sizes.contains(&0), Index, "index is out of bounds for dimension with size 0");
+    if args.op != "_unsafe_index" {
+        check_advanced(cx, &xd, &indices, &user);
+    }
     let xt = cx.transpose(x.v, &a.perm);
     let nb = a.bshape.len() as i64;
     let nr = a.rest.len() as i64;
@@ -833,6 +898,10 @@ fn index_put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(x.v);
     }
     check!(!a.indexed_sizes.contains(&0), Index, "index is out of bounds for dimension with size 0");
+    if args.op != "_unsafe_index_put" {
+        let user = user_indices(&indices);
+        check_advanced(cx, &xd, &indices, &user);
+    }
     let v = cx.broadcast_to(values.v, &out_dims);
     let v = cx.transpose(v, &inverse_perm(&a.result_perm()));
     let xt = cx.transpose(x.v, &a.perm);
@@ -1041,7 +1110,28 @@ fn index_add(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let source = args.tensor("source")?;
     let (dim, idx) = index_source_check(cx, "index_add_", &x, args.int("dim")?, &index, &source)?;
     let xd = cx.dims(x.v);
-    if numel(&cx.dims(idx)) == 0 || numel(&xd) == 0 {
+    let n = numel(&cx.dims(idx));
+    if xd.len() > 1 {
+        if n > 0 && numel(&xd) > 0 {
+            // PyTorch's CPU kernel runs scatter_add (and its message) for the first or last dim
+            // when alpha is 1, the index int64 and the source shaped like self apart from dim.
+            let alpha_one = match args.opt_scalar("alpha")? {
+                None | Some(Scalar::Int(1)) | Some(Scalar::Bool(true)) => true,
+                Some(Scalar::Float(f)) => f.value == 1.0,
+                Some(_) => false,
+            };
+            let sd = cx.dims(source.v);
+            let same = sd.len() == xd.len() && (0..xd.len()).all(|d| d == dim || sd[d] == xd[d]);
+            if (dim == 0 || dim == xd.len() - 1) && alpha_one && index.dtype == DType::I64 && same {
+                check_along(cx, index.v, dim, xd[dim]);
+            } else {
+                cx.check_index(index.v, 0, xd[dim], ErrorKind::Index, "index out of range in self");
+            }
+        }
+    } else {
+        cx.check_index(index.v, 0, numel(&xd), ErrorKind::Index, "index out of range in self");
+    }
+    if n == 0 || numel(&xd) == 0 {
         return one(x.v);
     }
     let xs = nonempty(&xd);
@@ -1067,6 +1157,11 @@ fn index_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let source = args.tensor("source")?;
     let (dim, idx) = index_source_check(cx, "index_copy_", &x, args.int("dim")?, &index, &source)?;
     let xd = cx.dims(x.v);
+    if sweeps(&xd, dim, &cx.dims(idx)) {
+        let size = nonempty(&xd)[dim];
+        let msg = format!("index_copy_(): index {{value}} is out of bounds for dimension {dim} with size {size}");
+        cx.check_index(index.v, 0, size, ErrorKind::Index, msg);
+    }
     if numel(&cx.dims(idx)) == 0 || numel(&xd) == 0 {
         return one(x.v);
     }
@@ -1090,7 +1185,19 @@ fn index_reduce(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let include_self = args.bool_or("include_self", true)?;
     let (dim, idx) = index_source_check(cx, "index_reduce_", &x, args.int("dim")?, &index, &source)?;
     let xd = cx.dims(x.v);
-    if numel(&cx.dims(idx)) == 0 || numel(&xd) == 0 {
+    let n = numel(&cx.dims(idx));
+    if !include_self {
+        // PyTorch first fills the indexed slices with the reduction's identity (index_fill_).
+        index_fill_bounds(cx, &xd, dim, index.v);
+    }
+    if xd.len() > 1 {
+        if n > 0 {
+            cx.check_index(index.v, 0, xd[dim], ErrorKind::Index, "index out of range in self");
+        }
+    } else {
+        cx.check_index(index.v, 0, numel(&xd), ErrorKind::Index, "index out of range in self");
+    }
+    if n == 0 || numel(&xd) == 0 {
         return one(x.v);
     }
     let xs = nonempty(&xd);
@@ -1112,6 +1219,7 @@ fn index_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dim = wrap_dim(args.int("dim")?, xd.len())?;
     let value = value_arg(cx, args, "value", x.dtype, "index_fill_")?;
     let n = numel(&id);
+    index_fill_bounds(cx, &xd, dim, index.v);
     if n == 0 || numel(&xd) == 0 {
         return one(x.v);
     }
@@ -1126,6 +1234,23 @@ fn index_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let hit = cx.reshape(hit, &xd);
     let v = cx.broadcast_in_dim(value, &xd, &[]);
     one(cx.select(hit, v, x.v))
+}
+
+/// Whether PyTorch's index_copy_/index_fill_ kernels visit any element: they sweep self (0-d as
+/// [1]) with dim `dim` replaced by the index's length.
+fn sweeps(xd: &[i64], dim: usize, id: &[i64]) -> bool {
+    let mut swept = nonempty(xd);
+    swept[dim] = numel(id);
+    numel(&swept) > 0
+}
+
+/// index_fill_'s bounds check: indices in -size..size of dim `dim` (0-d self: size 1).
+fn index_fill_bounds(cx: &mut Cx, xd: &[i64], dim: usize, index: Value) {
+    if sweeps(xd, dim, &cx.dims(index)) {
+        let size = nonempty(xd)[dim];
+        let msg = format!("index {{value}} is out of bounds for dimension {dim} with size {size}");
+        cx.check_index(index, -size, size, ErrorKind::Index, msg);
+    }
 }
 
 // ---- masked_scatter, take, put ----------------------------------------------------------------------
@@ -1165,6 +1290,12 @@ fn masked_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.select(m, picked, x.v))
 }
 
+/// take's and put_'s bounds check: flat indices in -n..n.
+fn take_put_bounds(cx: &mut Cx, index: Value, n: i64) {
+    let msg = format!("out of range: tried to access index {{value}} on a tensor of {n} elements.");
+    cx.check_index(index, -n, n, ErrorKind::Index, msg);
+}
+
 fn take(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let index = args.tensor("index")?;
@@ -1175,6 +1306,7 @@ fn take(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cx.full(0.0, x.dtype, &id));
     }
     check!(n > 0, Index, "take(): tried to take from an empty tensor");
+    take_put_bounds(cx, index.v, n);
     let flat = cx.reshape(x.v, &[n]);
     let idx = wrap_negative(cx, index.v, n);
     one(take_along(cx, flat, 0, idx))
@@ -1208,6 +1340,7 @@ fn put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(x.v);
     }
     check!(n > 0, Index, "put_(): Tried to put elements into an empty tensor");
+    take_put_bounds(cx, index.v, n);
     let flat = cx.reshape(x.v, &[n]);
     let idx = cx.reshape(index.v, &[ni]);
     let idx = wrap_negative(cx, idx, n);
@@ -2230,6 +2363,15 @@ fn embedding_bag(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(p.dtype == w.dtype, Runtime, "embedding_bag: expected per_sample_weights to have the dtype of weight ({}), but got {}", w.dtype.torch_name(), p.dtype.torch_name());
     }
     let b = bags(cx, &indices, &offsets, include_last, padding_idx, None)?;
+    // PyTorch's CPU kernels word the bounds check by path: the fast sum/mean path of 32- and
+    // 16-bit float weights (without padding_idx) names the position too.
+    let fast = mode != BAG_MAX && padding_idx < 0 && matches!(w.dtype, DType::F32 | DType::F16 | DType::BF16);
+    let msg = if fast {
+        format!("Index {{position}} of input takes value {{value}} which is not in the valid range [0, {})", wd[0])
+    } else {
+        "embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be {value}".to_string()
+    };
+    cx.check_index(indices.v, 0, wd[0], ErrorKind::Runtime, msg);
     let d = wd[1];
     let aux = indices.dtype.elem();
     let dims = [b.bags, d];

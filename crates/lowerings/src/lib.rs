@@ -40,7 +40,7 @@ mod grouped_mm;
 mod complex;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
-pub use cx::{broadcast_shapes, wrap_dim, Cx, Feed};
+pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound};
 pub use grouped_mm::set_ragged_dot;
 pub use dtype::{can_cast, promote, result_type, DType, Rank};
 pub use error::{ErrorKind, Result, TorchError};

@@ -134,6 +134,12 @@ fn embedding(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(wd.len() == 2, Runtime, "'weight' must be 2-D");
     let id = cx.dims(idx.v);
     let n: i64 = id.iter().product();
+    let mut out = id.clone();
+    out.push(wd[1]);
+    // PyTorch's embedding is weight.index_select(0, indices.reshape(-1)): its bounds check.
+    if !crate::indexing::index_select_check(cx, &wd, 0, idx.v)? {
+        return one(cx.full(0.0, w.dtype, &out));
+    }
     let flat = cx.reshape(idx.v, &[n, 1]);
     let dn = stablehlo::GatherDims {
         offset_dims: vec![1],
@@ -144,8 +150,6 @@ fn embedding(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         index_vector_dim: 1,
     };
     let rows = cx.gather(w.v, flat, &dn, &[1, wd[1]], false);
-    let mut out = id;
-    out.push(wd[1]);
     one(cx.reshape(rows, &out))
 }
 
