@@ -10,6 +10,7 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::special::{loop_more, next_count};
 use crate::{check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
@@ -52,8 +53,8 @@ fn uniform_open(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (V
     (next, b.mul(f, scale))
 }
 
-/// Standard normal floats (Box-Muller on two open uniforms) and the next state.
-fn standard_normal(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (Value, Value) {
+/// Two open uniforms of `dims` per element from one draw of [2, dims], and the next state.
+fn uniform_pair(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (Value, Value, Value) {
     let mut two = vec![2];
     two.extend_from_slice(dims);
     let (next, u) = uniform_open(b, state, &two, double);
@@ -66,6 +67,12 @@ fn standard_normal(b: &mut Builder, state: Value, dims: &[i64], double: bool) ->
     let u2 = b.slice(u, &st, &two, &vec![1; r + 1]);
     let u1 = b.reshape(u1, dims);
     let u2 = b.reshape(u2, dims);
+    (next, u1, u2)
+}
+
+/// Standard normal floats (Box-Muller on two open uniforms) and the next state.
+fn standard_normal(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (Value, Value) {
+    let (next, u1, u2) = uniform_pair(b, state, dims, double);
     let l = b.log(u1);
     let m2 = b.splat_f64(-2.0, &b.ty(l).clone());
     let rr = b.mul(l, m2);
@@ -96,6 +103,12 @@ fn draw_uniform(cx: &mut Cx, args: &Args, dims: &[i64], d: DType) -> Result<(DTy
     let double = d == DType::F64;
     let (_, u) = uniform_open(&mut cx.b, state, dims, double);
     Ok((if double { DType::F64 } else { DType::F32 }, u))
+}
+
+/// The check of the gamma family's CPU kernels: float32 and float64 only.
+fn check_f32_f64(d: DType, kernel: &str) -> Result<()> {
+    check!(matches!(d, DType::F32 | DType::F64), NotImplemented, "\"{}\" not implemented for '{}'", kernel, d.torch_name());
+    Ok(())
 }
 
 fn continuous_check(x: &Tensor, what: &str, name: fn(DType) -> &'static str) -> Result<()> {
@@ -242,27 +255,12 @@ fn poisson(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         &[state, zero, one_, done0, it0],
         |b, v| {
             let nd = b.not(v[3]);
-            let any = any_true(b, nd);
-            let cap = b.constant_i64(MAX_TRIES, ElemType::I64);
-            let more = b.compare(CmpDir::Lt, v[4], cap);
-            b.and(any, more)
+            loop_more(b, v[4], nd, MAX_TRIES)
         },
         |b, v| {
             let (state, k, prod, done) = (v[0], v[1], v[2], v[3]);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let iters = b.add(v[4], one_i);
-            let mut two_dims = vec![2];
-            two_dims.extend_from_slice(&dims);
-            let (state, uv) = uniform_open(b, state, &two_dims, double);
-            let r = dims.len();
-            let mut lim = two_dims.clone();
-            lim[0] = 1;
-            let u = b.slice(uv, &vec![0; r + 1], &lim, &vec![1; r + 1]);
-            let u = b.reshape(u, &dims);
-            let mut st = vec![0; r + 1];
-            st[0] = 1;
-            let vv = b.slice(uv, &st, &two_dims, &vec![1; r + 1]);
-            let vv = b.reshape(vv, &dims);
+            let iters = next_count(b, v[4]);
+            let (state, u, vv) = uniform_pair(b, state, &dims, double);
             let ty = b.ty(u).clone();
             let kc = |b: &mut Builder, x: f64| b.splat_f64(x, &ty);
             // Small rates: multiply uniforms until the product drops to exp(-lambda).
@@ -334,16 +332,6 @@ fn poisson(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.cast(k, x.dtype))
 }
 
-fn any_true(b: &mut Builder, p: Value) -> Value {
-    let r = b.rank(p) as i64;
-    if r == 0 {
-        return p;
-    }
-    let init = b.constant_bool(false);
-    let dims: Vec<i64> = (0..r).collect();
-    b.reduce(&[p], &[init], &dims, |b, a| vec![b.or(a[0], a[1])])[0]
-}
-
 // ---- gamma and Dirichlet ------------------------------------------------------------------------
 
 /// Gamma(alpha, 1) samples in `acc` (Marsaglia and Tsang; alpha < 1 boosted by u^(1/alpha)),
@@ -372,15 +360,11 @@ fn gamma_values(cx: &mut Cx, state: Value, alpha: Value) -> Value {
         &[state, zero, done0, it0],
         |b, v| {
             let nd = b.not(v[2]);
-            let any = any_true(b, nd);
-            let cap = b.constant_i64(MAX_TRIES, ElemType::I64);
-            let more = b.compare(CmpDir::Lt, v[3], cap);
-            b.and(any, more)
+            loop_more(b, v[3], nd, MAX_TRIES)
         },
         |b, v| {
             let (state, out, done) = (v[0], v[1], v[2]);
-            let one_i = b.constant_i64(1, ElemType::I64);
-            let iters = b.add(v[3], one_i);
+            let iters = next_count(b, v[3]);
             let (state, x) = standard_normal(b, state, &dims, double);
             let (state, u) = uniform_open(b, state, &dims, double);
             let ty = b.ty(x).clone();
@@ -432,12 +416,7 @@ fn gamma_values(cx: &mut Cx, state: Value, alpha: Value) -> Value {
 /// _standard_gamma(self): Gamma(self, 1) samples.
 fn standard_gamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(
-        matches!(x.dtype, DType::F32 | DType::F64),
-        NotImplemented,
-        "\"gamma_cpu\" not implemented for '{}'",
-        x.dtype.torch_name()
-    );
+    check_f32_f64(x.dtype, "gamma_cpu")?;
     if cx.numel(x.v) == 0 {
         return one(x.v);
     }
@@ -449,12 +428,7 @@ fn standard_gamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// double like PyTorch's CPU kernel).
 fn sample_dirichlet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(
-        matches!(x.dtype, DType::F32 | DType::F64),
-        NotImplemented,
-        "\"dirichlet\" not implemented for '{}'",
-        x.dtype.torch_name()
-    );
+    check_f32_f64(x.dtype, "dirichlet")?;
     let dims = cx.dims(x.v);
     if cx.numel(x.v) == 0 {
         return one(x.v);
@@ -481,12 +455,7 @@ fn sample_dirichlet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn standard_gamma_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = args.tensor("self")?;
     let x = args.tensor("output")?;
-    check!(
-        matches!(a.dtype, DType::F32 | DType::F64),
-        NotImplemented,
-        "\"_standard_gamma_grad_cpu\" not implemented for '{}'",
-        a.dtype.torch_name()
-    );
+    check_f32_f64(a.dtype, "_standard_gamma_grad_cpu")?;
     let xv = cx.cast(x.v, a.dtype);
     let vs = cx.broadcast_all(&[a.v, xv])?;
     let (al, x) = (vs[0], vs[1]);
@@ -650,12 +619,7 @@ fn dirichlet_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("x")?;
     let a = args.tensor("alpha")?;
     let t = args.tensor("total")?;
-    check!(
-        matches!(x.dtype, DType::F32 | DType::F64),
-        NotImplemented,
-        "\"_dirichlet_grad_cpu\" not implemented for '{}'",
-        x.dtype.torch_name()
-    );
+    check_f32_f64(x.dtype, "_dirichlet_grad_cpu")?;
     let dt = x.dtype;
     let av = cx.cast(a.v, dt);
     let tv = cx.cast(t.v, dt);

@@ -282,7 +282,7 @@ fn bk(b: &mut Builder, x: f64, like: Value) -> Value {
 
 /// A series loop's condition: fewer than `limit` steps taken (the 0-d counter `i`) and some
 /// element still `pending`.
-fn loop_more(b: &mut Builder, i: Value, pending: Value, limit: i64) -> Value {
+pub(crate) fn loop_more(b: &mut Builder, i: Value, pending: Value, limit: i64) -> Value {
     let lim = b.constant_i64(limit, ElemType::I64);
     let more = b.compare(CmpDir::Lt, i, lim);
     let any = any_true(b, pending);
@@ -290,7 +290,7 @@ fn loop_more(b: &mut Builder, i: Value, pending: Value, limit: i64) -> Value {
 }
 
 /// A loop counter's next value, i + 1.
-fn next_count(b: &mut Builder, i: Value) -> Value {
+pub(crate) fn next_count(b: &mut Builder, i: Value) -> Value {
     let one_i = b.constant_i64(1, ElemType::I64);
     b.add(i, one_i)
 }
