@@ -386,3 +386,73 @@ def test_non_contiguous_index_views():
     with pytest.raises(IndexError) as info:
         out.cpu()
     assert first_line(info.value) == first_line(expected)
+
+
+# ---- edge cases: empty tensors, 0-d tensors, size-0 dims ----------------------------------------
+
+def same_outcome(fn, *args):
+    """fn on tpu raises what it raises on CPU (at the call or at the next read), or returns
+    the same values."""
+    cpu = clone_all(args)
+    try:
+        out = fn(*cpu)
+        expected = None
+    except Exception as e:  # noqa: BLE001
+        expected = e
+    dev = to_tpu(args)
+    try:
+        got = fn(*dev)
+        got = (got if isinstance(got, torch.Tensor) else dev[0]).cpu()
+        torch.tpu.synchronize()  # reading an empty result reads nothing
+    except Exception as e:  # noqa: BLE001
+        assert expected is not None, f"tpu raised {type(e).__name__}: {e}; CPU did not"
+        assert type(e) is type(expected) and first_line(e) == first_line(expected), f"tpu: {e!r}; CPU: {expected!r}"
+        return
+    assert expected is None, f"tpu did not raise; CPU raised {expected!r}"
+    torch.testing.assert_close(got, out if isinstance(out, torch.Tensor) else cpu[0])
+
+
+E = torch.empty(0, dtype=L)
+EDGES = {
+    "index 0-d index": (lambda x, i: x[i], [_x(5), T(7)]),
+    "index empty result dim": (lambda x, i: x[i], [_x(5, 0), T([10])]),
+    "index size-0 dim": (lambda x, i: x[i], [_x(0, 3), T([0])]),
+    "index empty index": (lambda x, i: x[i], [_x(0, 3), E]),
+    "index_put 0-d index": (lambda x, i: x.index_put_((i,), T(1.0)), [_x(5), T(7)]),
+    "index_select 0-d self ok": (lambda x, i: x.index_select(0, i), [_x(), T([0])]),
+    "index_select 0-d self -1": (lambda x, i: x.index_select(0, i), [_x(), T([-1])]),
+    "index_select empty self 1-d": (lambda x, i: x.index_select(0, i), [_x(0), T([0])]),
+    "index_select empty self 2-d": (lambda x, i: x.index_select(0, i), [_x(5, 0), T([0, 9])]),
+    "index_select size-0 axis": (lambda x, i: x.index_select(0, i), [_x(0, 4), T([0])]),
+    "index_select empty index": (lambda x, i: x.index_select(1, i), [_x(3, 4), E]),
+    "gather 0-d": (lambda x, i: x.gather(0, i), [_x(), T(3)]),
+    "gather size-0 dim": (lambda x, i: x.gather(0, i), [_x(0, 3), T([[0, 0]])]),
+    "gather empty": (lambda x, i: x.gather(0, i), [_x(3, 0), torch.zeros(1, 0, dtype=L)]),
+    "scatter 0-d": (lambda x, i: x.scatter(0, i, 2.0), [_x(), T(1)]),
+    "scatter size-0 dim": (lambda x, i, s: x.scatter(0, i, s), [_x(0, 3), T([[0, 0]]), _x(1, 2)]),
+    "index_add 0-d": (lambda x, i, s: x.index_add(0, i, s), [_x(), T([3]), _x()]),
+    "index_add empty 1-d": (lambda x, i, s: x.index_add(0, i, s), [_x(0), T([3]), _x(1)]),
+    "index_add empty 2-d": (lambda x, i, s: x.index_add(0, i, s), [_x(5, 0), T([9]), _x(1, 0)]),
+    "index_copy 0-d": (lambda x, i, s: x.index_copy(0, i, s), [_x(), T([3]), _x()]),
+    "index_copy empty slices": (lambda x, i, s: x.index_copy(1, i, s), [_x(0, 2), T([3]), _x(0, 1)]),
+    "index_fill 0-d -1": (lambda x, i: x.index_fill(0, i, 2.0), [_x(), T([-1])]),
+    "index_fill 0-d -2": (lambda x, i: x.index_fill(0, i, 2.0), [_x(), T([-2])]),
+    "index_fill empty slices": (lambda x, i: x.index_fill(0, i, 2.0), [_x(2, 0), T([3])]),
+    "index_reduce empty slices": (lambda x, i, s: x.index_reduce(0, i, s, "prod"), [_x(2, 0), T([3]), _x(1, 0)]),
+    "index_reduce exclude -1": (lambda x, i, s: x.index_reduce(0, i, s, "prod", include_self=False), [_x(5), T([-1]), _x(1)]),
+    "index_reduce exclude -9": (lambda x, i, s: x.index_reduce(0, i, s, "amin", include_self=False), [_x(5), T([-9]), _x(1)]),
+    "take 0-d self": (lambda x, i: x.take(i), [_x(), T([-1, 0])]),
+    "take 0-d self -2": (lambda x, i: x.take(i), [_x(), T([-2])]),
+    "take empty index": (lambda x, i: x.take(i), [_x(0), E]),
+    "put empty self": (lambda x, i, s: x.put(i, s), [_x(0), T([0]), _x(1)]),
+    "embedding empty weight": (lambda i, w: F.embedding(i, w), [T([0]), _x(0, 3)]),
+    "embedding 0-width weight": (lambda i, w: F.embedding(i, w), [T([7]), _x(5, 0)]),
+    "embedding empty index": (lambda i, w: F.embedding(i, w), [E, _x(5, 3)]),
+    "embedding_bag empty index": (lambda i, w, o: F.embedding_bag(i, w, o), [E, _x(5, 3), T([0])]),
+}
+
+
+@pytest.mark.parametrize("name", list(EDGES))
+def test_edge_cases_match_cpu(name):
+    fn, args = EDGES[name]
+    same_outcome(fn, *args)
