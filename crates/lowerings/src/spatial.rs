@@ -99,6 +99,12 @@ fn dtype_check(ok: bool, kernel: &str, d: DType) -> Result<()> {
     Ok(())
 }
 
+/// A gradient's dtype against the input's, with PyTorch's message naming the tensor (`what`).
+fn check_grad_dtype(what: &str, x: DType, g: DType) -> Result<()> {
+    check!(g == x, Runtime, "expected dtype {} for `{}` but got dtype {}", x.torch_name(), what, g.torch_name());
+    Ok(())
+}
+
 fn is_floating(d: DType) -> bool {
     matches!(d, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
 }
@@ -633,13 +639,7 @@ fn max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let out = pool_out(&dims, n, &w, op, false)?;
     pooled_shape_check("grad_output", &cx.dims(g.v), &dims, &out)?;
     pooled_shape_check("indices", &cx.dims(idx.v), &dims, &out)?;
-    check!(
-        g.dtype == x.dtype,
-        Runtime,
-        "expected dtype {} for `gradInput` but got dtype {}",
-        x.dtype.torch_name(),
-        g.dtype.torch_name()
-    );
+    check_grad_dtype("gradInput", x.dtype, g.dtype)?;
     dtype_check(is_floating(x.dtype), op, x.dtype)?;
     let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
     one(cx.cast(gi, x.dtype))
@@ -861,6 +861,35 @@ fn divide_counts(cx: &mut Cx, mut v: Value, counts: &[Vec<i64>]) -> Value {
     v
 }
 
+/// An (unbatched or batched) input of an n-d pooling op: n + 1 or n + 2 dims.
+fn check_pool_rank(name: &str, dims: &[i64], n: usize) -> Result<()> {
+    check!(
+        dims.len() == n + 1 || dims.len() == n + 2,
+        Runtime,
+        "{}(): Expected {}D or {}D tensor, but got: {}",
+        name,
+        n + 1,
+        n + 2,
+        shape_str(dims)
+    );
+    Ok(())
+}
+
+/// The adaptive pooling backward's check that grad_output has no empty non-batch dim.
+fn check_grad_nonempty(name: &str, gd: &[i64]) -> Result<()> {
+    for (i, &d) in gd.iter().enumerate().skip(1) {
+        check!(
+            d > 0,
+            Runtime,
+            "{}(): Expected grad_output to have non-zero size for non-batch dimensions, but grad_output has sizes {} with dimension {} being empty",
+            name,
+            shape_str(gd),
+            i
+        );
+    }
+    Ok(())
+}
+
 fn adaptive_checks(cx: &Cx, x: &crate::Tensor, n: usize, out: &[i64], avg: bool) -> Result<()> {
     let dims = cx.dims(x.v);
     let name = format!("adaptive_{}_pool{}d", if avg { "avg" } else { "max" }, n);
@@ -869,15 +898,7 @@ fn adaptive_checks(cx: &Cx, x: &crate::Tensor, n: usize, out: &[i64], avg: bool)
     } else {
         check!(out.len() == n, Runtime, "{}(): internal error: output_size.size() must be {}", name, n);
     }
-    check!(
-        dims.len() == n + 1 || dims.len() == n + 2,
-        Runtime,
-        "{}(): Expected {}D or {}D tensor, but got: {}",
-        name,
-        n + 1,
-        n + 2,
-        shape_str(&dims)
-    );
+    check_pool_rank(&name, &dims, n)?;
     for (i, &d) in dims.iter().enumerate().skip(dims.len() - n - 1) {
         check!(
             d > 0 || (avg && i == dims.len() - n - 1),
@@ -942,23 +963,8 @@ fn adaptive_avg_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
         n + 2,
         shape_str(&gd)
     );
-    for (i, &d) in gd.iter().enumerate().skip(1) {
-        check!(
-            d > 0,
-            Runtime,
-            "{}(): Expected grad_output to have non-zero size for non-batch dimensions, but grad_output has sizes {} with dimension {} being empty",
-            name,
-            shape_str(&gd),
-            i
-        );
-    }
-    check!(
-        g.dtype == x.dtype,
-        Runtime,
-        "expected dtype {} for `grad_output` but got dtype {}",
-        x.dtype.torch_name(),
-        g.dtype.torch_name()
-    );
+    check_grad_nonempty(&name, &gd)?;
+    check_grad_dtype("grad_output", x.dtype, g.dtype)?;
     let kernel = if n == 2 { "adaptive_avg_pool2d_backward_cpu".to_string() } else { "adaptive_avg_pool3d_backward_cpu".to_string() };
     dtype_check(is_floating(x.dtype), &kernel, x.dtype)?;
     let lead = dims.len() - n;
@@ -1041,16 +1047,7 @@ fn adaptive_max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
         n + 2,
         shape_str(&gd)
     );
-    for (i, &d) in gd.iter().enumerate().skip(1) {
-        check!(
-            d > 0,
-            Runtime,
-            "{}(): Expected grad_output to have non-zero size for non-batch dimensions, but grad_output has sizes {} with dimension {} being empty",
-            name,
-            shape_str(&gd),
-            i
-        );
-    }
+    check_grad_nonempty(&name, &gd)?;
     check!(
         cx.dims(idx.v) == gd,
         Runtime,
@@ -1058,13 +1055,7 @@ fn adaptive_max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
         shape_str(&gd),
         shape_str(&cx.dims(idx.v))
     );
-    check!(
-        g.dtype == x.dtype,
-        Runtime,
-        "expected dtype {} for `gradInput` but got dtype {}",
-        x.dtype.torch_name(),
-        g.dtype.torch_name()
-    );
+    check_grad_dtype("gradInput", x.dtype, g.dtype)?;
     let kernel = if n == 2 { "adaptive_max_pool2d_backward".to_string() } else { "adaptive_max_pool3d_backward_cpu".to_string() };
     dtype_check(is_floating(x.dtype), &kernel, x.dtype)?;
     let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
@@ -1082,15 +1073,7 @@ fn fractional_checks(cx: &Cx, x: &crate::Tensor, args: &Args, n: usize) -> Resul
     check!(out.len() == n, Runtime, "{}: output_size must either be a single Int or tuple of Ints", name);
     let dims = cx.dims(x.v);
     let r = dims.len();
-    check!(
-        r == n + 1 || r == n + 2,
-        Runtime,
-        "{}(): Expected {}D or {}D tensor, but got: {}",
-        name,
-        n + 1,
-        n + 2,
-        shape_str(&dims)
-    );
+    check_pool_rank(&name, &dims, n)?;
     for (i, &d) in dims.iter().enumerate().skip(r - n - 1) {
         check!(
             d > 0,
@@ -1306,6 +1289,15 @@ fn max_unpool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     dtype_check(is_floating(x.dtype), &format!("max_unpool{}d", n), x.dtype)?;
     let mut out_dims = dims[..dims.len() - n].to_vec();
     out_dims.extend_from_slice(&out);
+    // PyTorch's CPU kernel checks every index against the output plane and reports the last
+    // bad one: the first of the reversed indices.
+    let plane: i64 = out.iter().product();
+    let all: i64 = dims.iter().product();
+    let flat = cx.reshape(idx.v, &[all]);
+    let last_first = cx.reverse(flat, &[0]);
+    let sizes: Vec<String> = out.iter().map(|d| d.to_string()).collect();
+    let msg = format!("Found an invalid max index: {{value}} (output volumes are of size {})", sizes.join("x"));
+    cx.check_index(last_first, 0, plane, crate::ErrorKind::Runtime, msg);
     let y = plane_scatter(cx, x.v, idx.v, &out_dims, n, x.dtype, Combine::Replace);
     one(y)
 }
@@ -2595,13 +2587,7 @@ fn gs_sampling(cx: &mut Cx, g: &Grid, sizes: &[i64], mode: i64, padding: i64, al
 fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor, n: usize, mode: i64) -> Result<()> {
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
-    check!(
-        input.dtype == grid.dtype,
-        Runtime,
-        "expected scalar type {} but found {}",
-        input.dtype.torch_name(),
-        grid.dtype.torch_name()
-    );
+    crate::linalg::check_scalar_type(input.dtype, grid.dtype)?;
     check!(
         id.len() == n + 2 && gd.len() == n + 2,
         Runtime,
@@ -2642,12 +2628,32 @@ fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor, n: usize, m
     dtype_check(is_floating(input.dtype), kernel, input.dtype)
 }
 
-fn grid_modes(args: &Args) -> Result<(i64, i64, bool)> {
+/// The checked arguments of grid_sampler_{2,3}d and their backward.
+struct GridCall {
+    input: crate::Tensor,
+    grid: crate::Tensor,
+    mode: i64,
+    padding: i64,
+    align_corners: bool,
+}
+
+fn grid_call(cx: &Cx, args: &Args, n: usize) -> Result<GridCall> {
+    let input = args.tensor("input")?;
+    let grid = args.tensor("grid")?;
     let mode = args.int("interpolation_mode")?;
     let padding = args.int("padding_mode")?;
     check!((0..3).contains(&mode), Runtime, "grid_sampler(): unknown interpolation mode {}", mode);
     check!((0..3).contains(&padding), Runtime, "grid_sampler(): unknown padding mode {}", padding);
-    Ok((mode, padding, args.bool("align_corners")?))
+    let align_corners = args.bool("align_corners")?;
+    grid_checks(cx, &input, &grid, n, mode)?;
+    Ok(GridCall { input, grid, mode, padding, align_corners })
+}
+
+/// The output dims of a grid sample: (N, C) of the input, the grid's spatial dims.
+fn grid_out_dims(id: &[i64], gd: &[i64], n: usize) -> Vec<i64> {
+    let mut out = vec![id[0], id[1]];
+    out.extend_from_slice(&gd[1..n + 1]);
+    out
 }
 
 /// The grid's coordinate planes (G dims) in input dim order, in the input's dtype: PyTorch's
@@ -2683,14 +2689,10 @@ fn chlast_perms(r: usize) -> (Vec<i64>, Vec<i64>) {
 /// align_corners): bilinear/trilinear, nearest or (2-d) bicubic samples with zeros, border or
 /// reflection padding.
 fn grid_sampler(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
-    let input = args.tensor("input")?;
-    let grid = args.tensor("grid")?;
-    let (mode, padding, align_corners) = grid_modes(args)?;
-    grid_checks(cx, &input, &grid, n, mode)?;
+    let GridCall { input, grid, mode, padding, align_corners } = grid_call(cx, args, n)?;
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
-    let mut out_dims = vec![id[0], id[1]];
-    out_dims.extend_from_slice(&gd[1..n + 1]);
+    let out_dims = grid_out_dims(&id, &gd, n);
     if product(&out_dims) == 0 {
         return one(zeros(cx, input.dtype, &out_dims));
     }
@@ -2730,15 +2732,11 @@ fn grid_sampler(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
 /// grad_grid). Outputs not asked for come back as zeros.
 fn grid_sampler_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let gout = args.tensor("grad_output")?;
-    let input = args.tensor("input")?;
-    let grid = args.tensor("grid")?;
-    let (mode, padding, align_corners) = grid_modes(args)?;
-    grid_checks(cx, &input, &grid, n, mode)?;
+    let GridCall { input, grid, mode, padding, align_corners } = grid_call(cx, args, n)?;
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
     let god = cx.dims(gout.v);
-    let mut want = vec![id[0], id[1]];
-    want.extend_from_slice(&gd[1..n + 1]);
+    let want = grid_out_dims(&id, &gd, n);
     check!(
         god == want,
         Runtime,
