@@ -237,3 +237,47 @@ def test_compiled_batch_norm_updates_running_stats():
         compiled(x.to(TPU)).square().sum().backward()
     for name, want in ref.state_dict().items():
         torch.testing.assert_close(dev.state_dict()[name].cpu(), want, atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_dynamic_shapes_trace_once_and_lower_per_size(caplog):
+    # dynamic=True: dynamo traces one symbolic graph; it is lowered per concrete size on first
+    # use (logged), and sizes met before reuse their lowering.
+    def f(x, w):
+        y = x.view(-1, x.shape[-1] * 2) @ w[: x.shape[-1] * 2]
+        return torch.softmax(y, -1).sum(0), x.new_zeros(x.shape[0] + 1)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="tpu", dynamic=True)
+    before = len(torch.tpu.compile_stats()["graphs"])
+    with caplog.at_level("INFO", logger="torchtpu.compile"):
+        for shape in [(4, 6), (6, 4), (4, 6), (8, 2)]:
+            x, w = make(shape), make((12, 3))
+            wt = w.to(TPU).requires_grad_()
+            w.requires_grad_()
+            got = compiled(x.to(TPU), wt)
+            want = f(x, w)
+            for g, r in zip(got, want):
+                torch.testing.assert_close(g.cpu(), r.detach())
+            got[0].sum().backward()
+            want[0].sum().backward()
+            torch.testing.assert_close(wt.grad.cpu(), w.grad)
+    graphs = torch.tpu.compile_stats()["graphs"][before:]
+    assert [(g["kind"], g["specializations"], g["calls"]) for g in graphs] == [("forward", 3, 4), ("backward", 3, 4)]
+    lowered = [r.getMessage() for r in caplog.records if "lowered for sizes" in r.getMessage()]
+    assert len(lowered) == 6 and any("=8" in m and "=2" in m for m in lowered), lowered
+
+
+def test_mark_dynamic_batch_of_a_module():
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.LayerNorm(7), torch.nn.SiLU())
+    dev = copy.deepcopy(ref).to(TPU)
+    compiled = torch.compile(dev, backend="tpu")
+    torch._dynamo.reset()
+    before = len(torch.tpu.compile_stats()["graphs"])
+    for batch in (3, 5, 9):
+        x = make((batch, 5))
+        xt = x.to(TPU)
+        torch._dynamo.mark_dynamic(xt, 0)
+        torch.testing.assert_close(compiled(xt).cpu(), ref(x), atol=1e-5, rtol=1e-5)
+    graphs = torch.tpu.compile_stats()["graphs"][before:]
+    assert len([g for g in graphs if g["kind"] == "forward"]) == 1 and graphs[0]["specializations"] == 3

@@ -36,12 +36,21 @@ _DTYPE_CODES = {
 class _Encoder:
     """Turns an FX graph of aten ops into (nodes, outputs) for `_C.register_graph`."""
 
-    def __init__(self):
+    def __init__(self, bindings=None):
         self.index = {}
         self.num_inputs = 0
         self.nodes = []
+        # Symbolic sizes' values for this specialization (sympy symbol -> int).
+        self.bindings = bindings or {}
+
+    def number(self, v):
+        """A node computing a size, as its value; anything else as it is."""
+        if isinstance(v, torch.fx.Node) and v not in self.index and _number_meta(v) is not None:
+            return _concrete(_number_meta(v), self.bindings)
+        return _concrete(v, self.bindings)
 
     def value(self, v):
+        v = self.number(v)
         if isinstance(v, torch.fx.Node):
             return self.index[v]
         if v is None or isinstance(v, (torch.device, torch.layout, torch.memory_format)):
@@ -59,7 +68,7 @@ class _Encoder:
                 raise NotImplementedError(f"torchtpu.compile: dtype {v} is not supported")
             return ("dtype", _DTYPE_CODES[v])
         if isinstance(v, (list, tuple)):
-            items = list(v)
+            items = [self.number(x) for x in v]
             if items and all(isinstance(x, bool) for x in items):
                 return ("bools", items)
             if all(isinstance(x, int) and not isinstance(x, bool) for x in items):
@@ -71,6 +80,8 @@ class _Encoder:
 
     def call(self, node):
         target = node.target
+        if _number_meta(node) is not None:
+            return  # sizes are evaluated where they are used
         if target is operator.getitem:
             src, i = node.args
             kind, payload = self.index[src]
@@ -194,29 +205,17 @@ def graph_stats():
 
 
 def compile_graph(gm, example_inputs, kind="forward", frame=None):
-    """Compiles one ATen FX graph (the fw or bw compiler of AOTAutograd)."""
+    """Compiles one ATen FX graph (the fw or bw compiler of AOTAutograd).
+
+    A graph with symbolic sizes (`dynamic=True`, `mark_dynamic`) is lowered once per set of
+    concrete sizes it meets, when it meets them: the lowerings and executables are static, and
+    each new specialization is logged."""
     from functorch.compile import make_boxed_func
 
-    enc = _Encoder()
     nodes = list(gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
-    # Tensor constants of the graph become trailing inputs, moved to the device once.
-    constant_nodes = [n for n in nodes if n.op == "get_attr"]
-    for i, n in enumerate(placeholders + constant_nodes):
-        enc.index[n] = ("ref", i)
-    enc.num_inputs = len(placeholders) + len(constant_nodes)
-    constants = []
-    for n in constant_nodes:
-        value = gm
-        for part in n.target.split("."):
-            value = getattr(value, part)
-        if not isinstance(value, torch.Tensor):
-            raise NotImplementedError(f"torchtpu.compile: graph attribute {n.target} is not a tensor")
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
-
-        with unset_fake_temporarily():  # compiling runs under fake tensors; these are real
-            constants.append(value.detach().to("tpu"))
-    output = None
+    constants = _graph_constants(gm, nodes)
+    output = next(n.args[0] for n in nodes if n.op == "output")
     # Inputs the graph writes: AOTAutograd keeps their mutations as copy_(input, new) nodes
     # (keep_inference_input_mutations); run_graph_ writes them in place, donating the old
     # buffers, instead of AOTAutograd copying each one back after the call.
@@ -224,56 +223,72 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     # into place after the call.
     mutated, host_writes = [], {}
     for node in nodes:
-        if node.op == "call_function":
-            if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
-                i = placeholders.index(node.args[0])
-                on_tpu = isinstance(example_inputs[i], torch.Tensor) and example_inputs[i].device.type == "tpu"
-                if not on_tpu:
-                    host_writes[i] = node
-                elif i not in mutated:
-                    mutated.append(i)
-            elif _mutates_input(node):
-                raise NotImplementedError(f"torchtpu.compile: {node.target} mutates a graph input")
-            enc.call(node)
-        elif node.op == "output":
-            output = node.args[0]
+        if node.op != "call_function":
+            continue
+        if node.target is torch.ops.aten.copy_.default and node.args[0].op == "placeholder":
+            i = placeholders.index(node.args[0])
+            on_tpu = isinstance(example_inputs[i], torch.Tensor) and example_inputs[i].device.type == "tpu"
+            if not on_tpu:
+                host_writes[i] = node
+            elif i not in mutated:
+                mutated.append(i)
+        elif _mutates_input(node):
+            raise NotImplementedError(f"torchtpu.compile: {node.target} mutates a graph input")
     for x in example_inputs:
-        if not isinstance(x, torch.Tensor):
-            raise NotImplementedError("torchtpu.compile: symbolic or scalar graph inputs are not supported yet")
-    outputs = list(output) if isinstance(output, (list, tuple)) else [output]
-    # Outputs computed in the graph come back from run_graph in order; inputs returned as
-    # outputs and constants are handed back as they are.
-    plan, computed = [], []
-    for o in outputs:
-        if isinstance(o, torch.fx.Node) and o.op == "placeholder":
-            plan.append(("input", placeholders.index(o)))
-        elif isinstance(o, torch.fx.Node):
-            plan.append(("computed", len(computed)))
-            computed.append(enc.value(o))
-        else:
-            plan.append(("const", o))
-    host_copies = []
-    for i, node in host_writes.items():
-        host_copies.append((i, len(computed)))
-        computed.append(enc.value(node))
-    graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed, mutated)
-    stats = {"graph": graph_id, "frame": frame, "kind": kind, "nodes": len(enc.nodes), "calls": 0,
-             "first_call_seconds": None}
+        if not isinstance(x, (torch.Tensor, int, torch.SymInt)):
+            raise NotImplementedError(f"torchtpu.compile: graph input {x!r} ({type(x).__name__}) is not supported")
+    tensor_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    symbolic = _is_symbolic(nodes)
+    stats = {"graph": None, "frame": frame, "kind": kind, "nodes": 0, "calls": 0, "first_call_seconds": None,
+             "specializations": 0}
     _graphs.append(stats)
 
-    def execute(args):
-        if mutated:
-            return torch.ops.torchtpu.run_graph_(graph_id, [args[i] for i in mutated], [*args, *constants])
-        return torch.ops.torchtpu.run_graph(graph_id, [*args, *constants]) if computed else []
+    def specialize(bindings):
+        """Registers the graph with every symbolic size replaced by its value in `bindings`."""
+        enc = _Encoder(bindings)
+        for i, n in enumerate([placeholders[i] for i in tensor_inputs] + constants[0]):
+            enc.index[n] = ("ref", i)
+        enc.num_inputs = len(tensor_inputs) + len(constants[0])
+        for node in nodes:
+            if node.op == "call_function":
+                enc.call(node)
+        # Outputs computed in the graph come back from run_graph in order; inputs returned as
+        # outputs, sizes and constants are handed back as they are.
+        plan, computed = [], []
+        for o in output if isinstance(output, (list, tuple)) else [output]:
+            if isinstance(o, torch.fx.Node) and o.op == "placeholder":
+                plan.append(("input", placeholders.index(o)))
+            elif isinstance(o, torch.fx.Node) and _number_meta(o) is not None:
+                plan.append(("const", _concrete(_number_meta(o), bindings)))
+            elif isinstance(o, torch.fx.Node):
+                plan.append(("computed", len(computed)))
+                computed.append(enc.value(o))
+            else:
+                plan.append(("const", o))
+        host_copies = []
+        for i, node in host_writes.items():
+            host_copies.append((i, len(computed)))
+            computed.append(enc.value(node))
+        mutated_refs = [tensor_inputs.index(i) for i in mutated]
+        graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed, mutated_refs)
+        stats["graph"], stats["nodes"] = graph_id, len(enc.nodes)
+        stats["specializations"] += 1
+        if symbolic:
+            sizes = ", ".join(f"{k}={v}" for k, v in bindings.items())
+            log.info("torchtpu.compile: %s graph %d lowered for sizes %s (specialization #%d)", kind, graph_id, sizes,
+                     stats["specializations"])
+        return graph_id, plan, host_copies, bool(computed)
 
-    def run(*args):
-        stats["calls"] += 1
-        if stats["first_call_seconds"] is None:
-            t0 = time.perf_counter()
-            results = execute(args)
-            stats["first_call_seconds"] = time.perf_counter() - t0
+    static = None if symbolic else specialize({})
+    by_sizes = {}
+
+    def execute(args):
+        graph_id, plan, host_copies, has_outputs = static or _lookup(by_sizes, placeholders, args, specialize)
+        tensors = [*(args[i] for i in tensor_inputs), *constants[1]]
+        if mutated:
+            results = torch.ops.torchtpu.run_graph_(graph_id, [args[i] for i in mutated], tensors)
         else:
-            results = execute(args)
+            results = torch.ops.torchtpu.run_graph(graph_id, tensors) if has_outputs else []
         for i, k in host_copies:
             args[i].copy_(results[k])
         out = []
@@ -281,7 +296,94 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
             out.append(results[x] if kind == "computed" else args[x] if kind == "input" else x)
         return tuple(out) if isinstance(output, (list, tuple)) else out[0]
 
+    def run(*args):
+        stats["calls"] += 1
+        if stats["first_call_seconds"] is None:
+            t0 = time.perf_counter()
+            out = execute(args)
+            stats["first_call_seconds"] = time.perf_counter() - t0
+            return out
+        return execute(args)
+
     return make_boxed_func(run)
+
+
+def _graph_constants(gm, nodes):
+    """The graph's tensor attributes: (their nodes, their values moved to the device once)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    constant_nodes = [n for n in nodes if n.op == "get_attr"]
+    values = []
+    for n in constant_nodes:
+        value = gm
+        for part in n.target.split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            raise NotImplementedError(f"torchtpu.compile: graph attribute {n.target} is not a tensor")
+        with unset_fake_temporarily():  # compiling runs under fake tensors; these are real
+            values.append(value.detach().to("tpu"))
+    return constant_nodes, values
+
+
+# ---- symbolic sizes ------------------------------------------------------------------------------
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _number_meta(node):
+    """The value of a node that computes a number (a size, `sym_size`, arithmetic on sizes)."""
+    v = node.meta.get("val")
+    return v if isinstance(v, (*_SYM_TYPES, int, float, bool)) else None
+
+
+def _is_symbolic(nodes):
+    import sympy
+
+    def sym(v):
+        return isinstance(v, _SYM_TYPES) and not sympy.sympify(v.node.expr).is_number
+
+    for n in nodes:
+        v = n.meta.get("val")
+        if sym(v) or (isinstance(v, torch.Tensor) and any(sym(d) for d in (*v.shape, *v.stride()))):
+            return True
+    return False
+
+
+def _concrete(v, bindings):
+    """A number or symbolic number, evaluated with the sizes in `bindings` (symbol -> int)."""
+    if not isinstance(v, _SYM_TYPES):
+        return v
+    import sympy
+
+    expr = sympy.sympify(sympy.sympify(v.node.expr).xreplace(bindings))
+    if not expr.is_number:
+        raise NotImplementedError(f"torchtpu.compile: the size {v.node.expr} depends on {sorted(map(str, expr.free_symbols))}, "
+                                  "which no graph input determines")
+    return bool(expr) if isinstance(v, torch.SymBool) else float(expr) if isinstance(v, torch.SymFloat) else int(expr)
+
+
+def _lookup(by_sizes, placeholders, args, specialize):
+    """The specialization of a symbolic graph for the sizes of these inputs (made on first use)."""
+    import sympy
+
+    bindings = {}
+
+    def bind(sym, value):
+        if isinstance(sym, torch.SymInt) and isinstance(sym.node.expr, sympy.Symbol):
+            bindings[sym.node.expr] = int(value)
+
+    for node, a in zip(placeholders, args):
+        meta = node.meta.get("val")
+        if isinstance(meta, torch.Tensor):
+            for sym, n in zip((*meta.shape, *meta.stride(), meta.storage_offset()), (*a.shape, *a.stride(), a.storage_offset())):
+                bind(sym, n)
+        else:
+            bind(meta, a)
+    key = tuple(bindings.items())
+    found = by_sizes.get(key)
+    if found is None:
+        found = by_sizes[key] = specialize(bindings)
+    return found
 
 
 def backend(gm, example_inputs, **kwargs):

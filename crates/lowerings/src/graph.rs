@@ -71,6 +71,15 @@ fn graph(id: i64) -> Result<Arc<Graph>> {
 pub fn register(r: &mut Registry) {
     // Also run_graph_ (the same base name), which writes the mutated inputs.
     r.add("torchtpu::run_graph", run_graph);
+    // Prims that PyTorch's decompositions leave in graphs (with symbolic sizes in particular).
+    r.add("prims::convert_element_type", convert_element_type);
+}
+
+/// prims.convert_element_type(a, dtype): a cast with no type promotion of its own.
+fn convert_element_type(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let a = args.tensor("a")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(a.dtype);
+    crate::one(cx.cast(a.v, dtype))
 }
 
 /// Lowers every node of the graph on the tensor inputs and returns the graph's outputs; for
