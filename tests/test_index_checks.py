@@ -95,6 +95,8 @@ CASES = {
     "embedding_bag_max": (lambda i, w, o: F.embedding_bag(i, w, o, mode="max"), lambda b: [T([1, b, 0, 2]), _x(5, 3), T([0, 2])]),
     "embedding_bag_padding": (lambda i, w, o: F.embedding_bag(i, w, o, padding_idx=0),
                               lambda b: [T([1, b, 0, 2]), _x(5, 3), T([0, 2])]),
+    "max_unpool2d": (lambda x, i: F.max_unpool2d(x, i, 2), lambda b: [_x(1, 2, 2, 2), T([[[[0, 1], [2, 3]], [[3 * b, 1], [2, 3]]]])]),
+    "max_unpool3d": (lambda x, i: F.max_unpool3d(x, i, (1, 2, 2)), lambda b: [_x(1, 1, 1, 2, 2), T([[[[[1, 3 * b], [2, 3]]]]])]),
     "embedding_bag_f64": (lambda i, w, o: F.embedding_bag(i, w.double(), o), lambda b: [T([1, b]), _x(5, 3), T([0, 1])]),
 }
 
@@ -384,6 +386,17 @@ def test_non_contiguous_index_views():
     expected = cpu_error(lambda x, i: x[i], x, bad)
     out = x.to(TPU)[bad.to(TPU)]
     with pytest.raises(IndexError) as info:
+        out.cpu()
+    assert first_line(info.value) == first_line(expected)
+
+
+def test_max_unpool_reports_the_last_bad_index_like_cpu():
+    # (Across planes PyTorch's threads race for which bad index it reports.)
+    x = make([1, 2, 2, 2])
+    i = T([[[[0, 20], [30, 1]], [[0, 1], [2, 3]]]])
+    expected = cpu_error(lambda x, i: F.max_unpool2d(x, i, 2), x, i)
+    out = F.max_unpool2d(x.to(TPU), i.to(TPU), 2)
+    with pytest.raises(RuntimeError) as info:
         out.cpu()
     assert first_line(info.value) == first_line(expected)
 
