@@ -5,6 +5,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
 #include <ATen/TensorUtils.h>
+#include <ATen/autocast_mode.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/view_as_complex_native.h>
@@ -818,6 +819,30 @@ TORCH_LIBRARY(torchtpu, m) {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+
+// torch.autocast("tpu"): CUDA's policy, from PyTorch's own op lists (autocast_mode.h): matmuls
+// and convolutions run in the autocast dtype, reductions and losses in float32, mixed inputs of
+// a few ops promote; every other op passes through.
+#define TT_AUTOCAST(POLICY, ...) KERNEL(c10::DeviceType::PrivateUse1, __VA_ARGS__, POLICY)
+#define TT_AUTOCAST_LOWER(...) TT_AUTOCAST(lower_precision_fp, __VA_ARGS__)
+#define TT_AUTOCAST_FP32(...) TT_AUTOCAST(fp32, __VA_ARGS__)
+#define TT_AUTOCAST_FP32_SET_OPT_DTYPE(...) TT_AUTOCAST(fp32_set_opt_dtype, __VA_ARGS__)
+#define TT_AUTOCAST_PROMOTE(...) TT_AUTOCAST(promote, __VA_ARGS__)
+#define TT_AUTOCAST_APPEND_DTYPE(FUNC, NAME, SIGNATURE, REDISPATCH, POLICY) \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::PrivateUse1, FUNC, NAME, SIGNATURE, REDISPATCH, POLICY)
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  using at::Tensor;
+  using at::Scalar;
+  using at::IntArrayRef;
+  using at::DimnameList;
+  using at::ScalarType;
+  AT_FORALL_LOWER_PRECISION_FP(TT_AUTOCAST_LOWER)
+  AT_FORALL_FP32(TT_AUTOCAST_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TT_AUTOCAST_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(TT_AUTOCAST_APPEND_DTYPE)
+  AT_FORALL_PROMOTE(TT_AUTOCAST_PROMOTE)
+}
 
 // Copies handle the conjugate and negative bits themselves; without these fallthroughs the
 // math-bit fallbacks would materialize the source with a copy that comes back here forever.

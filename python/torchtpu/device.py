@@ -26,6 +26,14 @@ def is_initialized():
     return _C.is_initialized()
 
 
+def __getattr__(name):
+    # torch.cuda's `_initialized` flag, which torch.utils.checkpoint reads to decide whether to
+    # save and restore the device's RNG state around a recomputation.
+    if name == "_initialized":
+        return _C.is_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def is_available():
     try:
         _lazy_init()
@@ -148,9 +156,23 @@ def set_rng_state_all(states):
         set_rng_state(s, i)
 
 
+def get_amp_supported_dtype():
+    """The dtypes torch.autocast("tpu", dtype=...) accepts."""
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
 def memory_allocated(device=None):
     """Bytes held by live tensors' device buffers."""
     return _C.live_bytes()
+
+
+def empty_cache():
+    """Nothing to release: a device buffer is freed when its last tensor dies (the plugin's
+    allocator may keep the memory pooled for reuse, as PJRT's GPU allocator does)."""
 
 
 def max_memory_allocated(device=None):
