@@ -69,6 +69,28 @@ pub(crate) fn iota(b: &mut Builder, dims: &[i64], d: usize) -> Value {
     b.iota(&TensorType::new(I64, dims), d as i64)
 }
 
+/// Column j (0-d) of each matrix of a batch [B, r, c], as [B, r].
+fn batch_col(b: &mut Builder, m: Value, j: Value) -> Value {
+    let d = b.dims(m).to_vec();
+    let zero = b.constant_i64(0, I64);
+    let col = b.dynamic_slice(m, &[zero, zero, j], &[d[0], d[1], 1]);
+    b.reshape(col, &d[..2])
+}
+
+/// Entry j (0-d) of each row of v [B, n], as [B].
+fn batch_entry(b: &mut Builder, v: Value, j: Value) -> Value {
+    let bs = b.dims(v)[0];
+    let zero = b.constant_i64(0, I64);
+    let x = b.dynamic_slice(v, &[zero, j], &[bs, 1]);
+    b.reshape(x, &[bs])
+}
+
+/// j < k for a 0-d loop counter j: the condition of the loops over columns.
+fn lt_const(b: &mut Builder, j: Value, k: i64) -> Value {
+    let kk = b.constant_i64(k, I64);
+    b.compare(CmpDir::Lt, j, kk)
+}
+
 /// A 0-d value broadcast to `dims`.
 fn bcast0(b: &mut Builder, v: Value, dims: &[i64]) -> Value {
     b.broadcast_in_dim(v, dims, &[])
@@ -117,7 +139,7 @@ pub(crate) fn first_argmax(b: &mut Builder, v: Value, axis: usize, lo: f64) -> (
     (r[1], r[0])
 }
 
-fn conj(b: &mut Builder, x: Value) -> Value {
+pub(crate) fn conj(b: &mut Builder, x: Value) -> Value {
     if !b.elem(x).is_complex() {
         return x;
     }
@@ -141,7 +163,7 @@ fn abs2(b: &mut Builder, x: Value) -> Value {
 }
 
 /// A real value as `elem` (complex with zero imaginary part when `elem` is complex).
-fn to_elem(b: &mut Builder, x: Value, elem: ElemType) -> Value {
+pub(crate) fn to_elem(b: &mut Builder, x: Value, elem: ElemType) -> Value {
     if elem.is_complex() && !b.elem(x).is_complex() {
         let (e, dims) = (b.elem(x), b.dims(x).to_vec());
         let zero = splat(b, 0.0, e, &dims);
@@ -452,13 +474,10 @@ fn cholesky_info(b: &mut Builder, h: Value, failed: Value) -> Value {
         },
         |b, v| {
             let (j, a, info) = (v[0], v[1], v[2]);
-            let zero = b.constant_i64(0, I64);
             let d2 = [bs, n];
             let d3 = [bs, n, n];
-            let col = b.dynamic_slice(a, &[zero, zero, j], &[bs, n, 1]);
-            let col = b.reshape(col, &d2);
-            let piv = b.dynamic_slice(col, &[zero, j], &[bs, 1]);
-            let piv = b.reshape(piv, &[bs]);
+            let col = batch_col(b, a, j);
+            let piv = batch_entry(b, col, j);
             let piv = b.real(piv);
             let zr = splat(b, 0.0, b.elem(piv), &[bs]);
             let ok = b.compare(CmpDir::Gt, piv, zr);
@@ -666,7 +685,7 @@ fn cholesky_solve_helper(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 // ---- LU ---------------------------------------------------------------------------------------
 
 /// LAPACK's pivot magnitude: |x| for reals, |re| + |im| for complex (i?amax).
-fn pivot_magnitude(b: &mut Builder, x: Value) -> Value {
+pub(crate) fn pivot_magnitude(b: &mut Builder, x: Value) -> Value {
     if b.elem(x).is_complex() {
         let re = b.real(x);
         let im = b.imag(x);
@@ -699,10 +718,7 @@ fn lu_factor(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     let j0 = b.constant_i64(0, I64);
     let out = b.while_loop(
         &[j0, a, piv0, info0],
-        |b, v| {
-            let kk = b.constant_i64(k, I64);
-            b.compare(CmpDir::Lt, v[0], kk)
-        },
+        |b, v| lt_const(b, v[0], k),
         |b, v| {
             let (j, a, piv, info) = (v[0], v[1], v[2], v[3]);
             let zero = b.constant_i64(0, I64);
@@ -711,8 +727,7 @@ fn lu_factor(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             let rows = iota(b, &d2, 1);
             let jm = bcast0(b, j, &d2);
             // The pivot: the first row at or below j with the largest magnitude in column j.
-            let col = b.dynamic_slice(a, &[zero, zero, j], &[bs, m, 1]);
-            let col = b.reshape(col, &d2);
+            let col = batch_col(b, a, j);
             let mag = pivot_magnitude(b, col);
             let re = b.elem(mag);
             let at_or_below = b.compare(CmpDir::Ge, rows, jm);
@@ -741,8 +756,7 @@ fn lu_factor(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             let swapped = b.select(is_p, row_j3, a);
             let a = b.select(is_j, row_p3, swapped);
             // info: the first zero pivot.
-            let u = b.dynamic_slice(row_p, &[zero, j], &[bs, 1]);
-            let u = b.reshape(u, &[bs]);
+            let u = batch_entry(b, row_p, j);
             let zero_e = splat(b, 0.0, e, &[bs]);
             let nonzero = b.compare(CmpDir::Ne, u, zero_e);
             let zero_i = splat(b, 0.0, I32, &[bs]);
@@ -756,8 +770,7 @@ fn lu_factor(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             let info = b.select(first, j1b, info);
             // Multipliers below the pivot (skipped for a zero pivot, like getf2), then the
             // rank-1 update of the trailing columns.
-            let colj = b.dynamic_slice(a, &[zero, zero, j], &[bs, m, 1]);
-            let colj = b.reshape(colj, &d2);
+            let colj = batch_col(b, a, j);
             let u2 = bcast(b, u, &d2, &[0]);
             let ratio = b.div(colj, u2);
             let below = b.compare(CmpDir::Gt, rows, jm);
@@ -793,16 +806,11 @@ fn pivots_to_perm(b: &mut Builder, piv: Value, m: i64) -> Value {
     let j0 = b.constant_i64(0, I64);
     let out = b.while_loop(
         &[j0, perm0],
-        |b, v| {
-            let kk = b.constant_i64(k, I64);
-            b.compare(CmpDir::Lt, v[0], kk)
-        },
+        |b, v| lt_const(b, v[0], k),
         |b, v| {
             let (j, perm) = (v[0], v[1]);
-            let zero = b.constant_i64(0, I64);
             let d2 = [bs, m];
-            let pj = b.dynamic_slice(piv, &[zero, j], &[bs, 1]);
-            let pj = b.reshape(pj, &[bs]);
+            let pj = batch_entry(b, piv, j);
             let one = splat(b, 1.0, I64, &[bs]);
             let pj = b.sub(pj, one);
             let idx = iota(b, &d2, 1);
@@ -813,8 +821,7 @@ fn pivots_to_perm(b: &mut Builder, piv: Value, m: i64) -> Value {
             let zeros = splat(b, 0.0, I64, &d2);
             let only_p = b.select(is_p, perm, zeros);
             let at_p = sum(b, only_p, &[1]);
-            let at_j = b.dynamic_slice(perm, &[zero, j], &[bs, 1]);
-            let at_j = b.reshape(at_j, &[bs]);
+            let at_j = batch_entry(b, perm, j);
             let at_p2 = bcast(b, at_p, &d2, &[0]);
             let at_j2 = bcast(b, at_j, &d2, &[0]);
             let perm = b.select(is_p, at_j2, perm);
@@ -1224,10 +1231,7 @@ fn householder_qr(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     let j0 = b.constant_i64(0, I64);
     let out = b.while_loop(
         &[j0, a, v0, t0],
-        |b, v| {
-            let kk = b.constant_i64(k, I64);
-            b.compare(CmpDir::Lt, v[0], kk)
-        },
+        |b, v| lt_const(b, v[0], k),
         |b, v| {
             let (j, r, vs, taus) = (v[0], v[1], v[2], v[3]);
             let zero = b.constant_i64(0, I64);
@@ -1235,10 +1239,8 @@ fn householder_qr(b: &mut Builder, a: Value) -> (Value, Value, Value) {
             let d3 = [bs, m, n];
             let rows = iota(b, &d2, 1);
             let jm = bcast0(b, j, &d2);
-            let col = b.dynamic_slice(r, &[zero, zero, j], &[bs, m, 1]);
-            let col = b.reshape(col, &d2);
-            let alpha = b.dynamic_slice(col, &[zero, j], &[bs, 1]);
-            let alpha = b.reshape(alpha, &[bs]);
+            let col = batch_col(b, r, j);
+            let alpha = batch_entry(b, col, j);
             let below = b.compare(CmpDir::Gt, rows, jm);
             let at_j = b.compare(CmpDir::Eq, rows, jm);
             let zeros2 = splat(b, 0.0, e, &d2);
@@ -1318,10 +1320,7 @@ fn apply_reflectors(b: &mut Builder, vs: Value, tau: Value, c: Value, adjoint_q:
     let j0 = b.constant_i64(0, I64);
     let out = b.while_loop(
         &[j0, c],
-        |b, v| {
-            let kk = b.constant_i64(k, I64);
-            b.compare(CmpDir::Lt, v[0], kk)
-        },
+        |b, v| lt_const(b, v[0], k),
         |b, v| {
             let (i, c) = (v[0], v[1]);
             // Reflector j = k - 1 - i for Q C, j = i for Q^H C.
@@ -1331,11 +1330,8 @@ fn apply_reflectors(b: &mut Builder, vs: Value, tau: Value, c: Value, adjoint_q:
                 let last = b.constant_i64(k - 1, I64);
                 b.sub(last, i)
             };
-            let zero = b.constant_i64(0, I64);
-            let vv = b.dynamic_slice(vs, &[zero, zero, j], &[bs, m, 1]);
-            let vv = b.reshape(vv, &[bs, m]);
-            let t = b.dynamic_slice(tau, &[zero, j], &[bs, 1]);
-            let t = b.reshape(t, &[bs]);
+            let vv = batch_col(b, vs, j);
+            let t = batch_entry(b, tau, j);
             let t = if adjoint_q { conj(b, t) } else { t };
             let vc = conj(b, vv);
             b.set_precision(Some(Precision::Highest));
@@ -1643,6 +1639,14 @@ fn reorthonormalize(b: &mut Builder, q: Value) -> Value {
     bmm(b, q, m)
 }
 
+/// `round_robin(n)`'s pairs as constant tables [n - 1, n / 2] (p and q of each round).
+fn round_robin_tables(b: &mut Builder, n: i64) -> (Value, Value) {
+    let (ps, qs) = round_robin(n);
+    let ptab = b.constant_array_i64(&ps, &[n - 1, n / 2], I64);
+    let qtab = b.constant_array_i64(&qs, &[n - 1, n / 2], I64);
+    (ptab, qtab)
+}
+
 /// The pair tables of round `r` (0-d i64) as two [H] index vectors.
 fn round_pairs(b: &mut Builder, ptab: Value, qtab: Value, r: Value) -> (Value, Value) {
     let h = b.dims(ptab)[1];
@@ -1694,11 +1698,8 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
     } else {
         a
     };
-    let (ps, qs) = round_robin(nn);
+    let (ptab, qtab) = round_robin_tables(b, nn);
     let rounds = nn - 1;
-    let h = nn / 2;
-    let ptab = b.constant_array_i64(&ps, &[rounds, h], I64);
-    let qtab = b.constant_array_i64(&qs, &[rounds, h], I64);
     let fro = {
         let a2 = abs2(b, a);
         sum(b, a2, &[1, 2])
@@ -1837,11 +1838,8 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     } else {
         a
     };
-    let (ps, qs) = round_robin(nn);
+    let (ptab, qtab) = round_robin_tables(b, nn);
     let rounds = nn - 1;
-    let h = nn / 2;
-    let ptab = b.constant_array_i64(&ps, &[rounds, h], I64);
-    let qtab = b.constant_array_i64(&qs, &[rounds, h], I64);
     // LAPACK's gesvj criterion: columns p, q count as orthogonal once
     // |w_p^H w_q| <= sqrt(m) eps ||w_p|| ||w_q||.
     let tol = (m as f64).sqrt().max(1.0) * eps(e);

@@ -8,9 +8,10 @@
 //! nonsymmetric eigenproblem (geev: balancing, Hessenberg reduction, Francis double-shift QR,
 //! eigenvectors of the Schur form, LAPACK's normalization), whose eigenvalue order and
 //! eigenvector phases only the same sequence of steps reproduces.
+// cabs1 is LAPACK's name for decomp's pivot magnitude, |re| + |im|.
 use crate::decomp::{
-    any_over, bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, first_argmax, iota as idx, max as max_over,
-    splat as spl, sum as sum_over,
+    any_over, bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, conj as conj_of, first_argmax, iota as idx,
+    max as max_over, pivot_magnitude as cabs1, splat as spl, sum as sum_over, to_elem as as_elem,
 };
 use crate::args::{Args, Scalar, Tensor};
 use crate::cx::Cx;
@@ -502,39 +503,6 @@ fn ispl(b: &mut Builder, x: i64, dims: &[i64]) -> Value {
 fn cspl(b: &mut Builder, x: f64, re: ElemType, dims: &[i64]) -> Value {
     let v = spl(b, x, re, dims);
     b.complex(v, v)
-}
-
-fn conj_of(b: &mut Builder, x: Value) -> Value {
-    if !b.elem(x).is_complex() {
-        return x;
-    }
-    let re = b.real(x);
-    let im = b.imag(x);
-    let im = b.neg(im);
-    b.complex(re, im)
-}
-
-/// A real value as `elem` (zero imaginary part for complex).
-fn as_elem(b: &mut Builder, x: Value, elem: ElemType) -> Value {
-    if elem.is_complex() && !b.elem(x).is_complex() {
-        let dims = b.dims(x).to_vec();
-        let z = spl(b, 0.0, b.elem(x), &dims);
-        return b.complex(x, z);
-    }
-    b.convert(x, elem)
-}
-
-/// LAPACK's cabs1: |re| + |im| (|x| for reals).
-fn cabs1(b: &mut Builder, x: Value) -> Value {
-    if b.elem(x).is_complex() {
-        let re = b.real(x);
-        let im = b.imag(x);
-        let re = b.abs(re);
-        let im = b.abs(im);
-        b.add(re, im)
-    } else {
-        b.abs(x)
-    }
 }
 
 /// The real part as the same element type (the diagonal of a Hermitian matrix).
