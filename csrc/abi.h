@@ -76,6 +76,7 @@ enum TtStatus : int32_t {
   TT_ERR_NOT_IMPLEMENTED = 5,
   TT_RESIZE = 6,  // resize argument `resize_arg` to `outs[0]` sizes, then call again
   TT_ERR_NO_LOWERING = 7,  // NotImplementedError, or the CPU fallback when enabled
+  TT_ERR_OUT_OF_MEMORY = 8,  // torch.OutOfMemoryError
 };
 
 typedef struct TtResult {

@@ -38,6 +38,7 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
     case TT_ERR_TYPE: throw c10::TypeError({__func__, __FILE__, __LINE__}, msg);
     case TT_ERR_INDEX: throw c10::IndexError({__func__, __FILE__, __LINE__}, msg);
     case TT_ERR_NOT_IMPLEMENTED: throw c10::NotImplementedError({__func__, __FILE__, __LINE__}, msg);
+    case TT_ERR_OUT_OF_MEMORY: throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__}, "tpu out of memory. " + msg);
     default: throw c10::Error({__func__, __FILE__, __LINE__}, msg);
   }
 }

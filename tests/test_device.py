@@ -252,3 +252,11 @@ def test_synchronize_waits_for_queued_work_and_reports_none_pending():
     ref = torch.randn(64, 64)
     assert torch.isfinite(x.cpu()).all()
     assert ref.shape == x.shape
+
+
+def test_out_of_memory_raises_torch_out_of_memory_error():
+    # Callers catch torch.OutOfMemoryError (torch.cuda.OutOfMemoryError) to retry smaller; the
+    # device keeps working afterwards.
+    with pytest.raises(torch.OutOfMemoryError, match="tpu out of memory"):
+        torch.ones(2**42, device=TPU).sum().item()
+    assert torch.ones(3, device=TPU).sum().item() == 3.0

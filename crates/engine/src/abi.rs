@@ -92,6 +92,7 @@ pub const TT_ERR_INDEX: i32 = 4;
 pub const TT_ERR_NOT_IMPLEMENTED: i32 = 5;
 pub const TT_RESIZE: i32 = 6;
 pub const TT_ERR_NO_LOWERING: i32 = 7;
+pub const TT_ERR_OUT_OF_MEMORY: i32 = 8;
 
 #[repr(C)]
 pub struct TtResult {

@@ -10,6 +10,7 @@ pub mod code {
     pub const UNKNOWN: i32 = 2;
     pub const INVALID_ARGUMENT: i32 = 3;
     pub const NOT_FOUND: i32 = 5;
+    pub const RESOURCE_EXHAUSTED: i32 = 8;
     pub const FAILED_PRECONDITION: i32 = 9;
     pub const OUT_OF_RANGE: i32 = 11;
     pub const UNIMPLEMENTED: i32 = 12;

@@ -26,8 +26,12 @@ thread_local! {
 }
 
 fn status_of(e: &Error) -> i32 {
-    if let Error::NoLowering(_) = e {
-        return TT_ERR_NO_LOWERING;
+    match e {
+        Error::NoLowering(_) => return TT_ERR_NO_LOWERING,
+        // The device's memory is full: torch.OutOfMemoryError, which callers catch to retry
+        // with smaller batches.
+        Error::Pjrt(p) if p.code == pjrt::error::code::RESOURCE_EXHAUSTED => return TT_ERR_OUT_OF_MEMORY,
+        _ => {}
     }
     match e.kind() {
         ErrorKind::Runtime => TT_ERR_RUNTIME,
