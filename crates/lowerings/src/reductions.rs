@@ -268,6 +268,12 @@ fn no_complex(x: &Tensor, op: &str) -> Result<()> {
 
 /// sum(self, dtype), sum.dim_IntList(self, dim, keepdim, dtype) and their out= forms.
 fn sum(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    sum_or_prod(cx, args, Red::Sum)
+}
+
+/// What sum and prod share: the result dtype, the dims, and the reduction in the
+/// accumulation type.
+fn sum_or_prod(cx: &mut Cx, args: &Args, red: Red) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dt = sum_dtype(args, &x, "out")?;
     let in_dims = cx.dims(x.v);
@@ -276,7 +282,7 @@ fn sum(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // PyTorch converts the input to the result dtype, then accumulates (16-bit floats in f32).
     let v = cx.cast(x.v, dt);
     let v = cx.cast(v, acc_type(dt));
-    let r = reduce(cx, v, &dims, Red::Sum);
+    let r = reduce(cx, v, &dims, red);
     let r = cx.cast(r, dt);
     one(keep(cx, r, &in_dims, &dims, keepdim))
 }
@@ -322,16 +328,7 @@ fn mean_values(cx: &mut Cx, v: Value, in_dims: &[i64], dims: &[i64], acc: DType)
 
 /// prod(self, dtype), prod.dim_int(self, dim, keepdim, dtype), prod.int_out, prod.out.
 fn prod(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let dt = sum_dtype(args, &x, "out")?;
-    let in_dims = cx.dims(x.v);
-    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
-    let keepdim = args.bool_or("keepdim", false)?;
-    let v = cx.cast(x.v, dt);
-    let v = cx.cast(v, acc_type(dt));
-    let r = reduce(cx, v, &dims, Red::Prod);
-    let r = cx.cast(r, dt);
-    one(keep(cx, r, &in_dims, &dims, keepdim))
+    sum_or_prod(cx, args, Red::Prod)
 }
 
 // ---- extremes -----------------------------------------------------------------------------------
@@ -692,7 +689,14 @@ fn linalg_vector_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         }
     }
     no_complex(&x, "linalg.vector_norm")?;
-    let dims = reduce_dims(raw, in_dims.len(), false)?;
+    norm_over(cx, args, &x, p, dtype, raw)
+}
+
+/// The p-norm of x over `dim` (None: every dim) as norm and linalg_vector_norm give it: x
+/// converted to `dtype`, summed in its accumulation type, returned in its real type.
+fn norm_over(cx: &mut Cx, args: &Args, x: &Tensor, p: f64, dtype: Option<DType>, dim: Option<Vec<i64>>) -> Result<Vec<Out>> {
+    let in_dims = cx.dims(x.v);
+    let dims = reduce_dims(dim, in_dims.len(), false)?;
     let keepdim = args.bool_or("keepdim", false)?;
     let dt = dtype.unwrap_or(x.dtype).to_real();
     let v = cx.cast(x.v, dtype.unwrap_or(x.dtype));
@@ -714,15 +718,7 @@ fn norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     no_complex(&x, "norm")?;
     let p = args.opt_scalar("p")?.map(scalar_value).unwrap_or(2.0);
     let dtype = opt_dtype(args, "dtype")?;
-    let in_dims = cx.dims(x.v);
-    let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
-    let keepdim = args.bool_or("keepdim", false)?;
-    let dt = dtype.unwrap_or(x.dtype).to_real();
-    let v = cx.cast(x.v, dtype.unwrap_or(x.dtype));
-    let v = cx.cast(v, acc_type(dt));
-    let r = vector_norm_values(cx, v, &dims, p);
-    let r = cx.cast(r, dt);
-    one(keep(cx, r, &in_dims, &dims, keepdim))
+    norm_over(cx, args, &x, p, dtype, args.opt_ints("dim")?)
 }
 
 // ---- cumulative ops --------------------------------------------------------------------------------
