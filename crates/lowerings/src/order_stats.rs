@@ -1113,8 +1113,9 @@ fn histogram(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     Ok(vec![Out::Tensor(h), Out::Tensor(edges[0])])
 }
 
-/// _histogramdd_bin_edges(self, bins, range, weight, density) -> the edges of each dim.
-fn histogramdd_bin_edges(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+/// The checked input of the bin-count histogramdd ops and its evenly spaced edges: (self,
+/// its points [M, N], M, the edges of each dim).
+fn histogramdd_linear_edges(cx: &mut Cx, args: &Args) -> Result<(Tensor, Value, i64, Vec<Value>)> {
     let x = args.tensor("self")?;
     let (pts, m, n) = hist_points(cx, &x, false)?;
     let range = float_list(args, "range")?;
@@ -1122,18 +1123,18 @@ fn histogramdd_bin_edges(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     hist_dtype_check(&x)?;
     range_error(args.int_or("__size", 0)?, n)?;
     let edges = linear_edges(cx, pts, m, n, &bins, &range, x.dtype)?;
+    Ok((x, pts, m, edges))
+}
+
+/// _histogramdd_bin_edges(self, bins, range, weight, density) -> the edges of each dim.
+fn histogramdd_bin_edges(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (_, _, _, edges) = histogramdd_linear_edges(cx, args)?;
     Ok(vec![Out::List(edges)])
 }
 
 /// _histogramdd_from_bin_cts(self, bins, range, weight, density) -> hist.
 fn histogramdd_from_bin_cts(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let (pts, m, n) = hist_points(cx, &x, false)?;
-    let range = float_list(args, "range")?;
-    let bins = hist_bin_cts(args, n)?;
-    hist_dtype_check(&x)?;
-    range_error(args.int_or("__size", 0)?, n)?;
-    let edges = linear_edges(cx, pts, m, n, &bins, &range, x.dtype)?;
+    let (x, pts, m, edges) = histogramdd_linear_edges(cx, args)?;
     let weight = hist_weight(cx, args, &x, m, false)?;
     one(histogramdd_core(cx, pts, m, &edges, weight, args.bool_or("density", false)?, true))
 }
