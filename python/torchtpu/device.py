@@ -156,6 +156,95 @@ def set_rng_state_all(states):
         set_rng_state(s, i)
 
 
+# ---- streams and events -------------------------------------------------------------------------
+
+
+class Event:
+    """torch.cuda.Event for tpu: marks the work queued when it is recorded. `elapsed_time`
+    measures between the moments the marked work finished (seen by the plugin's completion
+    callbacks), in milliseconds."""
+
+    def __init__(self, enable_timing=False, blocking=False, interprocess=False):
+        if interprocess:
+            raise NotImplementedError("torchtpu: interprocess events are not supported")
+        self.enable_timing = enable_timing
+        self.blocking = blocking
+        self._marker = None
+
+    def record(self, stream=None):
+        self._marker = _C.Marker(self.enable_timing)
+
+    def wait(self, stream=None):
+        # Work queued later already waits for what it reads: one queue per device.
+        pass
+
+    def query(self):
+        return self._marker is None or self._marker.query()
+
+    def synchronize(self):
+        if self._marker is not None:
+            self._marker.synchronize()
+
+    def elapsed_time(self, end_event):
+        if self._marker is None or end_event._marker is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return self._marker.elapsed_ms(end_event._marker)
+
+
+class Stream:
+    """torch.cuda.Stream for tpu. A device runs its programs in dependency order on the
+    plugin's own queues, so torchtpu has one stream per device and every Stream object names
+    it: waits between streams are met by the data dependencies already."""
+
+    def __init__(self, device=None, priority=0):
+        self.device = torch.device("tpu", _index(device))
+        self.priority = priority
+
+    def wait_event(self, event):
+        event.wait(self)
+
+    def wait_stream(self, stream):
+        pass
+
+    def record_event(self, event=None):
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self):
+        return _C.Marker(False).query()
+
+    def synchronize(self):
+        synchronize(self.device)
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and other.device == self.device
+
+    def __hash__(self):
+        return hash(("tpu-stream", self.device))
+
+    def __repr__(self):
+        return f"<torch.tpu.Stream device={self.device}>"
+
+
+def current_stream(device=None):
+    return Stream(device)
+
+
+def default_stream(device=None):
+    return Stream(device)
+
+
+def set_stream(stream):
+    pass
+
+
+@contextlib.contextmanager
+def stream(stream):
+    """Work inside runs on the device's one stream (see Stream)."""
+    yield
+
+
 def get_amp_supported_dtype():
     """The dtypes torch.autocast("tpu", dtype=...) accepts."""
     return [torch.bfloat16, torch.float16]

@@ -54,6 +54,81 @@ pub fn synchronize() -> Result<(), pjrt::Error> {
     Ok(())
 }
 
+/// A recorded point in the device's work (torch.tpu.Event): the computations pending when it
+/// was recorded. With timing, completion callbacks note when the last of them finished.
+pub struct Marker {
+    events: Vec<pjrt::Event>,
+    timing: Option<Arc<Timing>>,
+}
+
+struct Timing {
+    remaining: std::sync::atomic::AtomicUsize,
+    done_at: Mutex<Option<std::time::Instant>>,
+}
+
+impl Timing {
+    fn finish_one(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.done_at.lock().unwrap() = Some(std::time::Instant::now());
+        }
+    }
+}
+
+impl Marker {
+    /// Marks the work queued so far.
+    pub fn record(timing: bool) -> Result<Marker, pjrt::Error> {
+        let pending: Vec<Arc<DevBuf>> = PENDING.lock().unwrap().bufs.iter().filter_map(|w| w.upgrade()).collect();
+        let mut events = Vec::new();
+        for b in pending {
+            let e = b.buf.ready_event()?;
+            if !e.is_ready() {
+                events.push(e);
+            }
+        }
+        let timing = timing.then(|| {
+            // One count for the recording itself, released after the callbacks are registered,
+            // so that the time is set exactly once, by the last to finish.
+            let t = Arc::new(Timing { remaining: (events.len() + 1).into(), done_at: Mutex::new(None) });
+            for e in &events {
+                let t2 = t.clone();
+                if e.on_ready(Box::new(move |_| t2.finish_one())).is_err() {
+                    t.finish_one(); // the plugin cannot call back: count it as done now
+                }
+            }
+            t.finish_one();
+            t
+        });
+        Ok(Marker { events, timing })
+    }
+
+    /// Whether the marked work finished (and, with timing, its finish time is known).
+    pub fn is_done(&self) -> bool {
+        match &self.timing {
+            Some(t) => t.done_at.lock().unwrap().is_some(),
+            None => self.events.iter().all(|e| e.is_ready()),
+        }
+    }
+
+    /// Waits for the marked work; returns the first failed computation's error.
+    pub fn wait(&self) -> Result<(), pjrt::Error> {
+        self.events.iter().try_for_each(|e| e.wait())?;
+        // A completion callback runs on a plugin thread just after the event is ready.
+        while !self.is_done() {
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// When the marked work finished, if this marker times and it has.
+    pub fn done_at(&self) -> Option<std::time::Instant> {
+        *self.timing.as_ref()?.done_at.lock().unwrap()
+    }
+
+    pub fn timed(&self) -> bool {
+        self.timing.is_some()
+    }
+}
+
 impl Drop for DevBuf {
     fn drop(&mut self) {
         LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);

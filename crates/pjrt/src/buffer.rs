@@ -2,7 +2,7 @@
 
 use crate::call;
 use crate::client::{Client, ClientInner, Device};
-use crate::error::{code, Error, Result};
+use crate::error::{code, take_error, Error, Result};
 use crate::ffi;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -172,6 +172,32 @@ impl Event {
         let mut a = ffi::PJRT_Event_IsReady_Args::new();
         a.event = self.raw;
         call!(self.client.api, PJRT_Event_IsReady, &mut a).map_or(true, |()| a.is_ready)
+    }
+
+    /// Calls `f` with the event's status once it completes: on a plugin thread, or at once
+    /// when it already has. (The plugin keeps what it needs; the event may be dropped after.)
+    pub fn on_ready(&self, f: Box<dyn FnOnce(Result<()>) + Send + 'static>) -> Result<()> {
+        struct Callback {
+            api: &'static ffi::Api,
+            f: Box<dyn FnOnce(Result<()>) + Send + 'static>,
+        }
+        unsafe extern "C" fn trampoline(err: *mut ffi::PJRT_Error, arg: *mut std::ffi::c_void) {
+            let cb = Box::from_raw(arg as *mut Callback);
+            let status = take_error(cb.api, err);
+            // A panic must not unwind into the plugin.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (cb.f)(status)));
+        }
+        let arg = Box::into_raw(Box::new(Callback { api: self.client.api, f }));
+        let mut a = ffi::PJRT_Event_OnReady_Args::new();
+        a.event = self.raw;
+        a.callback = Some(trampoline);
+        a.user_arg = arg as *mut std::ffi::c_void;
+        let r = call!(self.client.api, PJRT_Event_OnReady, &mut a);
+        if r.is_err() {
+            // Not registered: the callback will never run.
+            drop(unsafe { Box::from_raw(arg) });
+        }
+        r
     }
 }
 

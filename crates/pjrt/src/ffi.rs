@@ -150,6 +150,13 @@ args_struct!(PJRT_Event_IsReady_Args {
 });
 args_struct!(PJRT_Event_Error_Args { event: *mut PJRT_Event });
 args_struct!(PJRT_Event_Await_Args { event: *mut PJRT_Event });
+/// Called once with the event's error (owned by the callee; null on success) and `user_arg`.
+pub type OnReadyCallback = Option<unsafe extern "C" fn(*mut PJRT_Error, *mut c_void)>;
+args_struct!(PJRT_Event_OnReady_Args {
+    event: *mut PJRT_Event,
+    callback: OnReadyCallback,
+    user_arg: *mut c_void,
+});
 
 // ---------------------------------------------------------------------- client
 
@@ -405,7 +412,7 @@ pub struct Api {
     pub PJRT_Event_IsReady: F<PJRT_Event_IsReady_Args>,
     pub PJRT_Event_Error: F<PJRT_Event_Error_Args>,
     pub PJRT_Event_Await: F<PJRT_Event_Await_Args>,
-    pub PJRT_Event_OnReady: Unused,
+    pub PJRT_Event_OnReady: F<PJRT_Event_OnReady_Args>,
 
     pub PJRT_Client_Create: F<PJRT_Client_Create_Args>,
     pub PJRT_Client_Destroy: F<PJRT_Client_Destroy_Args>,

@@ -57,6 +57,41 @@ fn synchronize() -> PyResult<()> {
     engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
 }
 
+fn pjrt_error(e: pjrt::Error) -> PyErr {
+    pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message))
+}
+
+/// A recorded point in the device's work, for torch.tpu.Event.
+#[pyclass(frozen)]
+struct Marker(engine::cell::Marker);
+
+#[pymethods]
+impl Marker {
+    #[new]
+    fn new(timing: bool) -> PyResult<Marker> {
+        engine::cell::Marker::record(timing).map(Marker).map_err(pjrt_error)
+    }
+
+    fn query(&self) -> bool {
+        self.0.is_done()
+    }
+
+    fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
+        py.allow_threads(|| self.0.wait()).map_err(pjrt_error)
+    }
+
+    /// Milliseconds from this marker's completion to `end`'s, like CUDA's event timing.
+    fn elapsed_ms(&self, end: &Marker) -> PyResult<f64> {
+        if !self.0.timed() || !end.0.timed() {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("Both events must be created with argument 'enable_timing=True'."));
+        }
+        match (self.0.done_at(), end.0.done_at()) {
+            (Some(a), Some(b)) => Ok(if b >= a { (b - a).as_secs_f64() * 1e3 } else { -((a - b).as_secs_f64() * 1e3) }),
+            _ => Err(pyo3::exceptions::PyRuntimeError::new_err("Both events must be completed before calculating elapsed time.")),
+        }
+    }
+}
+
 #[pyfunction]
 fn device_count() -> i32 {
     engine::device_count()
@@ -199,5 +234,6 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
     m.add_function(wrap_pyfunction!(register_graph, m)?)?;
+    m.add_class::<Marker>()?;
     Ok(())
 }
