@@ -99,3 +99,23 @@ def check_error(fn, *args, **kwargs):
         assert isinstance(e, cls), f"tpu raised {type(e).__name__}: {e}; CPU raised {cls.__name__}"
         return e
     raise AssertionError(f"tpu did not raise; CPU raised {cls.__name__}")
+
+
+def check_grads(fn, *inputs, needs=None, atol=None, rtol=None, grad_out=None):
+    """fn(*inputs) and the gradients of the inputs flagged in `needs` (default: the first)
+    agree on CPU and tpu; grad_out is the incoming gradient (random by default)."""
+    needs = needs or [i == 0 for i in range(len(inputs))]
+    cpu = [x.detach().clone().requires_grad_(n) if isinstance(x, torch.Tensor) and n else x for x, n in zip(inputs, needs)]
+    tpu = [x.detach().to(TPU).requires_grad_(n) if isinstance(x, torch.Tensor) and n
+           else (x.to(TPU) if isinstance(x, torch.Tensor) else x) for x, n in zip(inputs, needs)]
+    yc = fn(*cpu)
+    yt = fn(*tpu)
+    g = grad_out if grad_out is not None else make(yc.shape, yc.dtype)
+    yc.backward(g)
+    yt.backward(g.to(TPU))
+    tol = {} if atol is None else dict(atol=atol, rtol=rtol if rtol is not None else atol)
+    torch.testing.assert_close(yt.detach().cpu(), yc.detach(), equal_nan=True, **tol)
+    for c, d, n in zip(cpu, tpu, needs):
+        if n:
+            assert d.grad is not None, "no gradient reached a tpu input"
+            torch.testing.assert_close(d.grad.cpu(), c.grad, equal_nan=True, **tol)

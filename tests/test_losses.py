@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TPU, check, check_error, make
+from helpers import TPU, check, check_error, check_grads, make
 
 A = torch.ops.aten
 INF = float("inf")
@@ -13,24 +13,6 @@ INF = float("inf")
 
 def dev(x):
     return x.to(TPU) if isinstance(x, torch.Tensor) else x
-
-
-def grads(fn, *inputs, needs=None, atol=None, rtol=None, grad_out=None):
-    """fn(*inputs) and the gradients of the inputs flagged in `needs` agree on CPU and tpu."""
-    needs = needs or [i == 0 for i in range(len(inputs))]
-    cpu = [x.detach().clone().requires_grad_(n) if isinstance(x, torch.Tensor) and n else x for x, n in zip(inputs, needs)]
-    tpu = [dev(x.detach()).requires_grad_(n) if isinstance(x, torch.Tensor) and n else dev(x) for x, n in zip(inputs, needs)]
-    yc = fn(*cpu)
-    yt = fn(*tpu)
-    g = grad_out if grad_out is not None else make(yc.shape, yc.dtype)
-    yc.backward(g)
-    yt.backward(g.to(TPU))
-    tol = {} if atol is None else dict(atol=atol, rtol=rtol if rtol is not None else atol)
-    torch.testing.assert_close(yt.detach().cpu(), yc.detach(), equal_nan=True, **tol)
-    for c, d, n in zip(cpu, tpu, needs):
-        if n:
-            assert d.grad is not None, "no gradient reached a tpu input"
-            torch.testing.assert_close(d.grad.cpu(), c.grad, equal_nan=True, **tol)
 
 
 # ---- cdist ---------------------------------------------------------------------------------------
@@ -72,12 +54,12 @@ def test_cdist_empty():
 
 @pytest.mark.parametrize("p", P_VALUES)
 def test_cdist_backward(p):
-    grads(lambda a, b: torch.cdist(a, b, p), make((3, 4)), make((5, 4)), needs=[True, True], atol=1e-4)
-    grads(lambda a, b: torch.cdist(a, b, p), make((2, 1, 3, 4)), make((3, 5, 4)), needs=[True, True], atol=1e-4)
+    check_grads(lambda a, b: torch.cdist(a, b, p), make((3, 4)), make((5, 4)), needs=[True, True], atol=1e-4)
+    check_grads(lambda a, b: torch.cdist(a, b, p), make((2, 1, 3, 4)), make((3, 5, 4)), needs=[True, True], atol=1e-4)
     # Some zero distances (p = 2's gradient is 0 there) and zero differences.
     x = torch.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [0.0, 2.0, -1.0]])
     y = torch.tensor([[1.0, 2.0, 3.0], [1.0, 0.5, 3.0]])
-    grads(lambda a, b: torch.cdist(a, b, p), x, y, needs=[True, True], atol=1e-4)
+    check_grads(lambda a, b: torch.cdist(a, b, p), x, y, needs=[True, True], atol=1e-4)
     g, a, b = make((3, 5)), make((3, 4)), make((5, 4))
     d = torch.cdist(a, b, p)
     check(A._cdist_backward, g, a, b, p, d, atol=1e-4, rtol=1e-4)
@@ -116,10 +98,10 @@ def test_pdist(p):
 
 @pytest.mark.parametrize("p", P_VALUES + [10.0])
 def test_pdist_backward(p):
-    grads(lambda t: F.pdist(t, p), make((6, 4)), atol=1e-4)
-    grads(lambda t: F.pdist(t, p), make((2, 3)), atol=1e-4)
+    check_grads(lambda t: F.pdist(t, p), make((6, 4)), atol=1e-4)
+    check_grads(lambda t: F.pdist(t, p), make((2, 3)), atol=1e-4)
     x = torch.tensor([[1.0, 2.0], [1.0, 2.0], [3.0, -1.0], [1.0, 0.0]])
-    grads(lambda t: F.pdist(t, p), x, atol=1e-4)
+    check_grads(lambda t: F.pdist(t, p), x, atol=1e-4)
     x = make((5, 3))
     d = F.pdist(x, p)
     check(A._pdist_backward, make(d.shape), x, p, d, atol=1e-4, rtol=1e-4)
@@ -170,11 +152,11 @@ def test_multi_margin_loss_empty_batch():
 @pytest.mark.parametrize("p", [1, 2])
 def test_multi_margin_loss_backward(p, reduction):
     x, t, w = make((6, 5)), _targets(6, 5), make((5,), low=0)
-    grads(lambda u, v: F.multi_margin_loss(u, v, p=p, reduction=reduction), x, t)
-    grads(lambda u, v, w_: F.multi_margin_loss(u, v, p=p, margin=0.5, weight=w_, reduction=reduction), x, t, w,
+    check_grads(lambda u, v: F.multi_margin_loss(u, v, p=p, reduction=reduction), x, t)
+    check_grads(lambda u, v, w_: F.multi_margin_loss(u, v, p=p, margin=0.5, weight=w_, reduction=reduction), x, t, w,
           needs=[True, False, False])
-    grads(lambda u, v: F.multi_margin_loss(u, v, p=p, reduction=reduction), make((5,)), torch.tensor(2))
-    grads(lambda u, v: F.multi_margin_loss(u, v, p=p, reduction=reduction), make(()), torch.tensor(0))
+    check_grads(lambda u, v: F.multi_margin_loss(u, v, p=p, reduction=reduction), make((5,)), torch.tensor(2))
+    check_grads(lambda u, v: F.multi_margin_loss(u, v, p=p, reduction=reduction), make(()), torch.tensor(0))
     go = make(() if reduction != "none" else (6,))
     check(A.multi_margin_loss_backward, go, x, t, p, 1.0, w, {"none": 0, "mean": 1, "sum": 2}[reduction])
 
@@ -236,9 +218,9 @@ def test_multilabel_margin_loss_empty_batch():
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_multilabel_margin_loss_backward(reduction):
     x, t = make((6, 5)), _multilabel_targets(6, 5)
-    grads(lambda u, v: F.multilabel_margin_loss(u, v, reduction=reduction), x, t)
-    grads(lambda u, v: F.multilabel_margin_loss(u, v, reduction=reduction), make((4,)), torch.tensor([2, 2, 0, -1]))
-    grads(lambda u, v: F.multilabel_margin_loss(u, v, reduction=reduction), make(()), torch.tensor(0))
+    check_grads(lambda u, v: F.multilabel_margin_loss(u, v, reduction=reduction), x, t)
+    check_grads(lambda u, v: F.multilabel_margin_loss(u, v, reduction=reduction), make((4,)), torch.tensor([2, 2, 0, -1]))
+    check_grads(lambda u, v: F.multilabel_margin_loss(u, v, reduction=reduction), make(()), torch.tensor(0))
     red = {"none": 0, "mean": 1, "sum": 2}[reduction]
     _, is_target = A.multilabel_margin_loss_forward(x, t, red)
     check(A.multilabel_margin_loss_backward, make(() if red else (6,)), x, t, red, is_target)
@@ -322,13 +304,13 @@ def test_ctc_loss_op_outputs():
 def test_ctc_loss_backward(reduction, zero_infinity):
     lp, targets, il, tl = _ctc_case()
     kw = dict(reduction=reduction, zero_infinity=zero_infinity)
-    grads(lambda x: F.ctc_loss(x, targets, il, tl, **kw), lp, atol=1e-4)
-    grads(lambda x: F.ctc_loss(x, _concat(targets, tl), il.tolist(), tl.tolist(), **kw), lp, atol=1e-4)
-    grads(lambda x: F.ctc_loss(x.log_softmax(-1), targets[:, :3], [12, 10, 2, 7], [3, 0, 3, 1], **kw), make((12, 4, 6)),
+    check_grads(lambda x: F.ctc_loss(x, targets, il, tl, **kw), lp, atol=1e-4)
+    check_grads(lambda x: F.ctc_loss(x, _concat(targets, tl), il.tolist(), tl.tolist(), **kw), lp, atol=1e-4)
+    check_grads(lambda x: F.ctc_loss(x.log_softmax(-1), targets[:, :3], [12, 10, 2, 7], [3, 0, 3, 1], **kw), make((12, 4, 6)),
           atol=1e-4)
     if zero_infinity:
         # With zero_infinity the impossible samples get zero gradients; without, PyTorch's are NaN.
-        grads(lambda x: F.ctc_loss(x, targets, [3, 12, 0, 5], [5, 0, 2, 2], **kw), lp, atol=1e-4)
+        check_grads(lambda x: F.ctc_loss(x, targets, [3, 12, 0, 5], [5, 0, 2, 2], **kw), lp, atol=1e-4)
     nll, alpha = A._ctc_loss(lp, targets, il.tolist(), tl.tolist())
     g = make((4,))
     check(A._ctc_loss_backward, g, lp, targets, il.tolist(), tl.tolist(), nll, alpha, 0, zero_infinity, atol=1e-4, rtol=1e-4)
@@ -368,7 +350,7 @@ def test_rrelu_eval(dtype):
         check(F.rrelu, x, 0.2, 0.6)
         check(F.rrelu, x, 1, 3, False)
     check(lambda t: F.rrelu(t.t(), 0.1, 0.4), make((4, 5), dtype))
-    grads(lambda t: F.rrelu(t, 0.1, 0.4), make((4, 5)))
+    check_grads(lambda t: F.rrelu(t, 0.1, 0.4), make((4, 5)))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
@@ -467,9 +449,9 @@ def test_group_norm_backward(dtype):
     for shape, g in [((2, 6, 3), 2), ((3, 4, 2, 5), 4), ((2, 6), 3), ((4, 4, 3), 1)]:
         c = shape[1]
         x, w, b = make(shape, dtype), make((c,), dtype), make((c,), dtype)
-        grads(lambda t: F.group_norm(t, g), x, **tol)
-        grads(lambda t, w_, b_: F.group_norm(t, g, w_, b_), x, w, b, needs=[True, True, True], **tol)
-        grads(lambda t, w_: F.group_norm(t, g, w_), x, w, needs=[False, True], **tol)
+        check_grads(lambda t: F.group_norm(t, g), x, **tol)
+        check_grads(lambda t, w_, b_: F.group_norm(t, g, w_, b_), x, w, b, needs=[True, True, True], **tol)
+        check_grads(lambda t, w_: F.group_norm(t, g, w_), x, w, needs=[False, True], **tol)
     x = make((2, 6, 3))
     y, mean, rstd = A.native_group_norm(x, None, None, 2, 6, 3, 3, 1e-5)
     check(A.native_group_norm_backward, make((2, 6, 3)), x, mean, rstd, make((6,)), 2, 6, 3, 3, [True, True, True],
@@ -523,7 +505,7 @@ def test_batch_norm_with_update_backward():
         return A._batch_norm_with_update(t, w_, b_, rm.clone() if t.device.type == "cpu" else rm.to(TPU),
                                          rv.clone() if t.device.type == "cpu" else rv.to(TPU), 0.1, 1e-5)[0]
 
-    grads(f, x, w, b, needs=[True, True, True], atol=1e-4)
+    check_grads(f, x, w, b, needs=[True, True, True], atol=1e-4)
     out, mean, invstd, reserve = A._batch_norm_with_update(x, w, b, rm.clone(), rv.clone(), 0.1, 1e-5)
     g = make(out.shape)
     check(A.batch_norm_backward, g, x, w, rm, rv, mean, invstd, True, 1e-5, [True, True, True], reserve, atol=1e-4, rtol=1e-4)

@@ -5,28 +5,9 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import FLOATS, TPU, check, check_error, make
+from helpers import FLOATS, TPU, check, check_error, check_grads, make
 
 A = torch.ops.aten
-
-
-def grads(fn, *inputs, needs=None, atol=None, rtol=None, grad_out=None):
-    """fn(*inputs) and the gradients of the inputs flagged in `needs` agree on CPU and tpu."""
-    needs = needs or [i == 0 for i in range(len(inputs))]
-    cpu = [x.clone().requires_grad_(n) if isinstance(x, torch.Tensor) and n else x for x, n in zip(inputs, needs)]
-    dev = [x.to(TPU).requires_grad_(n) if isinstance(x, torch.Tensor) and n else (x.to(TPU) if isinstance(x, torch.Tensor) else x)
-           for x, n in zip(inputs, needs)]
-    yc = fn(*cpu)
-    yt = fn(*dev)
-    g = grad_out if grad_out is not None else make(yc.shape, yc.dtype)
-    yc.backward(g)
-    yt.backward(g.to(TPU))
-    tol = {} if atol is None else dict(atol=atol, rtol=rtol if rtol is not None else atol)
-    torch.testing.assert_close(yt.detach().cpu(), yc.detach(), equal_nan=True, **tol)
-    for c, d, n in zip(cpu, dev, needs):
-        if n:
-            assert d.grad is not None, "no gradient reached a tpu input"
-            torch.testing.assert_close(d.grad.cpu(), c.grad, equal_nan=True, **tol)
 
 
 def tol_for(dtype):
@@ -79,8 +60,8 @@ def test_softmax_errors():
 def test_softmax_backward(dtype):
     for shape, dim in [((7,), 0), ((3, 4), 1), ((3, 4), 0), ((2, 3, 5), 1), ((), 0)]:
         x = make(shape, dtype)
-        grads(lambda t: torch.softmax(t, dim), x, **tol_for(dtype))
-        grads(lambda t: torch.log_softmax(t, dim), x, **tol_for(dtype))
+        check_grads(lambda t: torch.softmax(t, dim), x, **tol_for(dtype))
+        check_grads(lambda t: torch.log_softmax(t, dim), x, **tol_for(dtype))
     g, x = make((3, 4)), make((3, 4))
     for op in (A._softmax_backward_data, A._log_softmax_backward_data):
         out = torch.softmax(x, 1) if op is A._softmax_backward_data else torch.log_softmax(x, 1)
@@ -111,10 +92,10 @@ def test_layer_norm_backward(dtype):
     x = make((4, 3, 6), dtype)
     w = make((6,), dtype)
     b = make((6,), dtype)
-    grads(lambda t: F.layer_norm(t, (6,)), x, **tol)
-    grads(lambda t, w_, b_: F.layer_norm(t, (6,), w_, b_), x, w, b, needs=[True, True, True], **tol)
-    grads(lambda t, w_: F.layer_norm(t, (3, 6), w_), x, make((3, 6), dtype), needs=[True, True], **tol)
-    grads(lambda t, b_: F.layer_norm(t, (6,), None, b_), x, b, needs=[False, True], **tol)
+    check_grads(lambda t: F.layer_norm(t, (6,)), x, **tol)
+    check_grads(lambda t, w_, b_: F.layer_norm(t, (6,), w_, b_), x, w, b, needs=[True, True, True], **tol)
+    check_grads(lambda t, w_: F.layer_norm(t, (3, 6), w_), x, make((3, 6), dtype), needs=[True, True], **tol)
+    check_grads(lambda t, b_: F.layer_norm(t, (6,), None, b_), x, b, needs=[False, True], **tol)
 
 
 def test_layer_norm_module_and_errors():
@@ -143,8 +124,8 @@ def test_rms_norm(dtype):
     check(F.rms_norm, x, (6,), w, **tol)
     if dtype != torch.float16:
         gtol = tol if dtype == torch.float32 else dict(atol=6e-2, rtol=6e-2)
-        grads(lambda t: F.rms_norm(t, (6,)), x, **gtol)
-        grads(lambda t, w_: F.rms_norm(t, (6,), w_, 1e-5), x, w, needs=[True, True], **gtol)
+        check_grads(lambda t: F.rms_norm(t, (6,)), x, **gtol)
+        check_grads(lambda t, w_: F.rms_norm(t, (6,), w_, 1e-5), x, w, needs=[True, True], **gtol)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -168,11 +149,11 @@ def test_batch_norm_backward():
     x = make((4, 3, 5))
     w, b = make((3,)), make((3,))
     rm, rv = make((3,)), make((3,), low=0.5, high=2.0)
-    grads(lambda t, w_, b_: F.batch_norm(t, None, None, w_, b_, training=True), x, w, b, needs=[True, True, True])
-    grads(lambda t: F.batch_norm(t, None, None, training=True), make((6, 2)))
-    grads(lambda t, w_, b_: F.batch_norm(t, rm.to(t.device), rv.to(t.device), w_, b_, training=False), x, w, b,
+    check_grads(lambda t, w_, b_: F.batch_norm(t, None, None, w_, b_, training=True), x, w, b, needs=[True, True, True])
+    check_grads(lambda t: F.batch_norm(t, None, None, training=True), make((6, 2)))
+    check_grads(lambda t, w_, b_: F.batch_norm(t, rm.to(t.device), rv.to(t.device), w_, b_, training=False), x, w, b,
           needs=[True, True, True])
-    grads(lambda t: F.batch_norm(t, rm.to(t.device), rv.to(t.device), training=False), make((2, 3, 4, 4)))
+    check_grads(lambda t: F.batch_norm(t, rm.to(t.device), rv.to(t.device), training=False), make((2, 3, 4, 4)))
 
 
 def test_batch_norm_running_stats_updated():
@@ -228,9 +209,9 @@ def test_nll_loss_backward(reduction):
     x = torch.log_softmax(make((6, 5)), 1)
     t = torch.tensor([0, 4, 2, -100, 1, 3])
     w = make((5,), low=0.1, high=2.0)
-    grads(lambda a: F.nll_loss(a, t.to(a.device), reduction=reduction), x)
-    grads(lambda a: F.nll_loss(a, t.to(a.device), w.to(a.device), reduction=reduction), x)
-    grads(lambda a: F.nll_loss(a, t[1].to(a.device), reduction=reduction), x[0])
+    check_grads(lambda a: F.nll_loss(a, t.to(a.device), reduction=reduction), x)
+    check_grads(lambda a: F.nll_loss(a, t.to(a.device), w.to(a.device), reduction=reduction), x)
+    check_grads(lambda a: F.nll_loss(a, t[1].to(a.device), reduction=reduction), x[0])
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -242,7 +223,7 @@ def test_nll_loss2d(reduction):
     check(F.nll_loss, x, t, reduction=reduction)
     check(F.nll_loss, x, t, w, reduction=reduction)
     check(F.nll_loss, x.bfloat16(), t, w.bfloat16(), reduction=reduction, atol=3e-2, rtol=3e-2)
-    grads(lambda a: F.nll_loss(a, t.to(a.device), w.to(a.device), reduction=reduction), x)
+    check_grads(lambda a: F.nll_loss(a, t.to(a.device), w.to(a.device), reduction=reduction), x)
 
 
 def test_nll_loss_errors():
@@ -260,15 +241,15 @@ def test_cross_entropy(dtype):
     x = make((6, 5), dtype)
     t = torch.tensor([0, 4, 2, -100, 1, 3])
     w = make((5,), dtype, low=0.1, high=2.0)
-    grads(lambda a: F.cross_entropy(a, t.to(a.device)), x, **tol)
-    grads(lambda a: F.cross_entropy(a, t.to(a.device), w.to(a.device), reduction="sum"), x, **tol)
-    grads(lambda a: F.cross_entropy(a, t.to(a.device), label_smoothing=0.1), x, **tol)
-    grads(lambda a: F.cross_entropy(a, t.to(a.device), reduction="none"), x, **tol)
+    check_grads(lambda a: F.cross_entropy(a, t.to(a.device)), x, **tol)
+    check_grads(lambda a: F.cross_entropy(a, t.to(a.device), w.to(a.device), reduction="sum"), x, **tol)
+    check_grads(lambda a: F.cross_entropy(a, t.to(a.device), label_smoothing=0.1), x, **tol)
+    check_grads(lambda a: F.cross_entropy(a, t.to(a.device), reduction="none"), x, **tol)
     probs = torch.softmax(make((6, 5)), 1).to(dtype)
-    grads(lambda a: F.cross_entropy(a, probs.to(a.device)), x, **tol)
+    check_grads(lambda a: F.cross_entropy(a, probs.to(a.device)), x, **tol)
     x4 = make((2, 4, 3, 3), dtype)
     t4 = torch.randint(0, 4, (2, 3, 3))
-    grads(lambda a: F.cross_entropy(a, t4.to(a.device)), x4, **tol)
+    check_grads(lambda a: F.cross_entropy(a, t4.to(a.device)), x4, **tol)
 
 
 def test_cross_entropy_module_training_step():
@@ -297,7 +278,7 @@ def test_mse_loss(reduction, dtype):
         x, y = make(shape, dtype), make(shape, dtype)
         check(F.mse_loss, x, y, reduction=reduction, **tol)
         if dtype != torch.float16 and shape != (0,):
-            grads(lambda a, b: F.mse_loss(a, b, reduction=reduction), x, y, needs=[True, True],
+            check_grads(lambda a, b: F.mse_loss(a, b, reduction=reduction), x, y, needs=[True, True],
                   **(tol if dtype == torch.float32 else dict(atol=6e-2, rtol=6e-2)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -322,8 +303,8 @@ def test_binary_cross_entropy(reduction, dtype):
     check(F.binary_cross_entropy, x, y, reduction=reduction, **tol)
     check(F.binary_cross_entropy, x, y, w, reduction=reduction, **tol)
     xs = torch.sigmoid(make((4, 5))).to(dtype)
-    grads(lambda a: F.binary_cross_entropy(a, y.to(a.device), reduction=reduction), xs, **tol)
-    grads(lambda a: F.binary_cross_entropy(a, y.to(a.device), w.to(a.device), reduction=reduction), xs, **tol)
+    check_grads(lambda a: F.binary_cross_entropy(a, y.to(a.device), reduction=reduction), xs, **tol)
+    check_grads(lambda a: F.binary_cross_entropy(a, y.to(a.device), w.to(a.device), reduction=reduction), xs, **tol)
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -332,7 +313,7 @@ def test_binary_cross_entropy_with_logits(reduction):
     w, pw = make((5,), low=0.1, high=2.0), make((5,), low=0.5, high=3.0)
     check(F.binary_cross_entropy_with_logits, x, y, reduction=reduction)
     check(lambda a, b, w_, p_: F.binary_cross_entropy_with_logits(a, b, w_, pos_weight=p_, reduction=reduction), x, y, w, pw)
-    grads(lambda a: F.binary_cross_entropy_with_logits(a, y.to(a.device), w.to(a.device), pos_weight=pw.to(a.device),
+    check_grads(lambda a: F.binary_cross_entropy_with_logits(a, y.to(a.device), w.to(a.device), pos_weight=pw.to(a.device),
                                                        reduction=reduction), x)
 
 
