@@ -303,6 +303,16 @@ fn floor_divide(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(floor_divide_values(cx, a, b, dt))
 }
 
+/// Where the truncated remainder r = fmod(a, b) is nonzero and its sign is not b's: the
+/// elements Python's floor division and modulo move one step from C's (zero: 0 like r).
+fn floor_fix(cx: &mut Cx, r: Value, b: Value, zero: Value) -> Value {
+    let r_nz = cx.compare(CmpDir::Ne, r, zero);
+    let r_neg = cx.compare(CmpDir::Lt, r, zero);
+    let b_neg = cx.compare(CmpDir::Lt, b, zero);
+    let differ = cx.xor(r_neg, b_neg);
+    cx.and(r_nz, differ)
+}
+
 /// Python's floor division, as PyTorch computes it.
 fn floor_divide_values(cx: &mut Cx, a: Value, b: Value, dt: DType) -> Value {
     let dims = cx.dims(a);
@@ -311,11 +321,7 @@ fn floor_divide_values(cx: &mut Cx, a: Value, b: Value, dt: DType) -> Value {
         // q = trunc(a / b) - 1 where the remainder is nonzero and the signs differ.
         let q = cx.div(a, b);
         let r = cx.rem(a, b);
-        let r_nz = cx.compare(CmpDir::Ne, r, zero);
-        let a_neg = cx.compare(CmpDir::Lt, r, zero);
-        let b_neg = cx.compare(CmpDir::Lt, b, zero);
-        let differ = cx.xor(a_neg, b_neg);
-        let fix = cx.and(r_nz, differ);
+        let fix = floor_fix(cx, r, b, zero);
         let one_ = cx.full(1.0, dt, &dims);
         let qm1 = cx.sub(q, one_);
         return cx.select(fix, qm1, q);
@@ -325,11 +331,7 @@ fn floor_divide_values(cx: &mut Cx, a: Value, b: Value, dt: DType) -> Value {
     let m = cx.rem(a, b);
     let am = cx.sub(a, m);
     let mut d = cx.div(am, b);
-    let m_nz = cx.compare(CmpDir::Ne, m, zero);
-    let m_neg = cx.compare(CmpDir::Lt, m, zero);
-    let b_neg = cx.compare(CmpDir::Lt, b, zero);
-    let differ = cx.xor(m_neg, b_neg);
-    let fix = cx.and(m_nz, differ);
+    let fix = floor_fix(cx, m, b, zero);
     let one_ = cx.full(1.0, dt, &dims);
     let dm1 = cx.sub(d, one_);
     d = cx.select(fix, dm1, d);
@@ -355,11 +357,7 @@ fn remainder(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dims = cx.dims(a);
     let zero = cx.full(0.0, dt, &dims);
     let r = cx.rem(a, b);
-    let r_nz = cx.compare(CmpDir::Ne, r, zero);
-    let r_neg = cx.compare(CmpDir::Lt, r, zero);
-    let b_neg = cx.compare(CmpDir::Lt, b, zero);
-    let differ = cx.xor(r_neg, b_neg);
-    let fix = cx.and(r_nz, differ);
+    let fix = floor_fix(cx, r, b, zero);
     let rb = cx.add(r, b);
     one(cx.select(fix, rb, r))
 }
