@@ -173,6 +173,19 @@ fn fft_c2c(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.transpose(f, &inverse(&perm)))
 }
 
+/// Complex transforms along the k dims before the last one of v (a real FFT's halved dim):
+/// the halved dim is moved out of the way, the other k transformed, and it is moved back.
+fn c2c_before_last(cx: &mut Cx, v: Value, k: usize, forward: bool) -> Value {
+    let rank = cx.dims(v).len();
+    // [.., d1, .., dk, last] -> [.., last, d1, .., dk]
+    let mut rot: Vec<i64> = (0..(rank - 1 - k) as i64).collect();
+    rot.push((rank - 1) as i64);
+    rot.extend((rank - 1 - k) as i64..(rank - 1) as i64);
+    let rotated = cx.transpose(v, &rot);
+    let t = c2c_trailing(cx, rotated, k, forward);
+    cx.transpose(t, &inverse(&rot))
+}
+
 /// _fft_r2c(self, dim, normalization, onesided): real to complex; onesided keeps the first
 /// n/2 + 1 outputs of the last listed dim (the rest are conjugate-symmetric).
 fn fft_r2c(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -199,18 +212,7 @@ fn fft_r2c(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let len = cx.dims(moved)[rank - 1];
     let mut f = hlo_fft(cx, moved, Kind::Rfft, &[len]);
     if dims.len() > 1 {
-        let k = dims.len() - 1;
-        // Move the halved dim out of the way, transform the other k, move it back.
-        let rot: Vec<i64> = {
-            // [.., d1, .., dk, last] -> [.., last, d1, .., dk]
-            let mut r: Vec<i64> = (0..(rank - 1 - k) as i64).collect();
-            r.push((rank - 1) as i64);
-            r.extend((rank - 1 - k) as i64..(rank - 1) as i64);
-            r
-        };
-        let rotated = cx.transpose(f, &rot);
-        let t = c2c_trailing(cx, rotated, k, true);
-        f = cx.transpose(t, &inverse(&rot));
+        f = c2c_before_last(cx, f, dims.len() - 1, true);
     }
     if !onesided {
         f = full_from_half(cx, f, len, dims.len());
@@ -309,14 +311,8 @@ fn fft_c2r(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         v = cx.pad(v, zero, &vec![0; rank], &high, &vec![0; rank]);
     }
     if dims.len() > 1 {
-        // Inverse complex transforms along the other dims first (with the halved dim parked).
-        let k = dims.len() - 1;
-        let mut rot: Vec<i64> = (0..(rank - 1 - k) as i64).collect();
-        rot.push((rank - 1) as i64);
-        rot.extend((rank - 1 - k) as i64..(rank - 1) as i64);
-        let rotated = cx.transpose(v, &rot);
-        let t = c2c_trailing(cx, rotated, k, false);
-        v = cx.transpose(t, &inverse(&rot));
+        // Inverse complex transforms along the other dims first.
+        v = c2c_before_last(cx, v, dims.len() - 1, false);
     }
     let f = hlo_fft(cx, v, Kind::Irfft, &[last_size]);
     let f = normalize(cx, f, mode, n, true)?;
