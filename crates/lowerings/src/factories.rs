@@ -236,6 +236,9 @@ fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             (dtype, dims)
         }
     };
+    if dtype.is_complex() {
+        return normal_complex(cx, args, dtype, &dims, mean_t, std_t);
+    }
     check!(dtype.is_float(), NotImplemented, "\"normal_kernel_cpu\" not implemented for '{}'", dtype.torch_name());
     let double = dtype == DType::F64;
     let acc = if double { DType::F64 } else { DType::F32 };
@@ -277,6 +280,82 @@ fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let v = cx.mul(z, sd);
     let v = cx.add(v, mu);
     one(cx.cast(v, dtype))
+}
+
+/// Complex normal draws as PyTorch makes them: real and imaginary parts independent normals
+/// of standard deviation std/sqrt(2). normal_(self, mean, std) fills view_as_real(self), so a
+/// float mean goes to both parts; the tensor forms add the mean as a complex number (a float
+/// mean to the real part) after scaling unit draws by a real std.
+fn normal_complex(cx: &mut Cx, args: &Args, dtype: DType, dims: &[i64], mean_t: Option<Tensor>, std_t: Option<Tensor>) -> Result<Vec<Out>> {
+    let part = dtype.to_real();
+    let double = part == DType::F64;
+    if let Some(s) = std_t {
+        check!(!s.dtype.is_complex(), Runtime, "normal expects standard deviation to be non-complex");
+    }
+    let fill = mean_t.is_none() && std_t.is_none();
+    let n: i64 = dims.iter().product();
+    // Box-Muller on 2n uniform pairs: one normal per part of each element.
+    let u = uniform01(cx, args, &[2, 2 * n], double)?;
+    let u1 = cx.slice(u, &[0, 0], &[1, 2 * n], &[1, 1]);
+    let u2 = cx.slice(u, &[1, 0], &[2, 2 * n], &[1, 1]);
+    let one_ = cx.full(1.0, part, &[1, 2 * n]);
+    let u1 = cx.sub(one_, u1);
+    let l = cx.log(u1);
+    let m2 = cx.full(-2.0, part, &[1, 2 * n]);
+    let r = cx.mul(l, m2);
+    let r = cx.sqrt(r);
+    let tau = cx.full(std::f64::consts::TAU, part, &[1, 2 * n]);
+    let th = cx.mul(u2, tau);
+    let c = cx.cos(th);
+    let z = cx.mul(r, c);
+    let mut pdims = dims.to_vec();
+    pdims.push(2);
+    let z = cx.reshape(z, &pdims);
+    let mut lo = vec![0i64; dims.len() + 1];
+    let mut hi = pdims.clone();
+    let strides = vec![1i64; dims.len() + 1];
+    hi[dims.len()] = 1;
+    let re = cx.slice(z, &lo, &hi, &strides);
+    lo[dims.len()] = 1;
+    hi[dims.len()] = 2;
+    let im = cx.slice(z, &lo, &hi, &strides);
+    let re = cx.reshape(re, dims);
+    let im = cx.reshape(im, dims);
+    let sd = match std_t {
+        Some(t) => {
+            let v = cx.cast(t.v, part);
+            cx.broadcast_to(v, dims)
+        }
+        None => {
+            let s = args.opt_scalar("std")?.unwrap_or(Scalar::Int(1));
+            check!(scalar_f64(s) >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", scalar_f64(s));
+            cx.scalar_like(s, part, dims)
+        }
+    };
+    let k = cx.full(std::f64::consts::FRAC_1_SQRT_2, part, dims);
+    let sd = cx.mul(sd, k);
+    let re = cx.mul(re, sd);
+    let im = cx.mul(im, sd);
+    let (mre, mim) = match mean_t {
+        Some(t) if t.dtype.is_complex() => {
+            let v = cx.broadcast_to(t.v, dims);
+            let r = cx.real(v);
+            let i = cx.imag(v);
+            (cx.cast(r, part), cx.cast(i, part))
+        }
+        Some(t) => {
+            let v = cx.cast(t.v, part);
+            (cx.broadcast_to(v, dims), cx.full(0.0, part, dims))
+        }
+        None => {
+            let s = args.opt_scalar("mean")?.unwrap_or(Scalar::Int(0));
+            let m = cx.scalar_like(s, part, dims);
+            (m, if fill { m } else { cx.full(0.0, part, dims) })
+        }
+    };
+    let re = cx.add(re, mre);
+    let im = cx.add(im, mim);
+    one(cx.complex(re, im))
 }
 
 /// bernoulli_(self, p) with p a float or a tensor, and bernoulli(self) drawing with

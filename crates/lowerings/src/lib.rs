@@ -38,6 +38,7 @@ mod losses;
 mod attention;
 mod grouped_mm;
 mod complex;
+mod recurrent;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound};
@@ -171,6 +172,7 @@ pub fn registry() -> &'static Registry {
         attention::register(&mut r);
         grouped_mm::register(&mut r);
         complex::register(&mut r);
+        recurrent::register(&mut r);
         r
     })
 }
