@@ -1656,6 +1656,39 @@ fn round_pairs(b: &mut Builder, ptab: Value, qtab: Value, r: Value) -> (Value, V
     (b.reshape(p, &[h]), b.reshape(q, &[h]))
 }
 
+/// Round t (0-d, counted over all sweeps) of the round-robin Jacobi sweep on Hermitian m
+/// [B, N, N]: its pairs (p, q), their gather indices, the diagonal entries m_pp, m_qq (as m's
+/// element type) and the rotation J with its diagonal shift (see `jacobi_rotation`).
+struct JacobiRound {
+    p: Value,
+    q: Value,
+    ipp: Value,
+    iqq: Value,
+    ipq: Value,
+    app: Value,
+    aqq: Value,
+    j: Value,
+    shift: Value,
+}
+
+fn jacobi_round(b: &mut Builder, m: Value, t: Value, tables: (Value, Value), rounds: i64, nn: i64) -> JacobiRound {
+    let e = b.elem(m);
+    let rr = b.constant_i64(rounds, I64);
+    let r = b.rem(t, rr);
+    let (p, q) = round_pairs(b, tables.0, tables.1, r);
+    let ipp = pair_index(b, p, p);
+    let iqq = pair_index(b, q, q);
+    let ipq = pair_index(b, p, q);
+    let app = gather_pairs(b, m, ipp);
+    let app = b.real(app);
+    let aqq = gather_pairs(b, m, iqq);
+    let aqq = b.real(aqq);
+    let apq = gather_pairs(b, m, ipq);
+    let (app, aqq) = if e.is_complex() { (app, aqq) } else { (b.convert(app, e), b.convert(aqq, e)) };
+    let (j, shift) = jacobi_rotation(b, app, aqq, apq, p, q, nn);
+    JacobiRound { p, q, ipp, iqq, ipq, app, aqq, j, shift }
+}
+
 /// Jacobi loop budget: sweeps over all pairs before giving up on convergence.
 const MAX_SWEEPS: i64 = 40;
 
@@ -1723,19 +1756,7 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
         },
         |b, v| {
             let (t, a, vecs) = (v[0], v[1], v[2]);
-            let rr = b.constant_i64(rounds, I64);
-            let r = b.rem(t, rr);
-            let (p, q) = round_pairs(b, ptab, qtab, r);
-            let ipp = pair_index(b, p, p);
-            let iqq = pair_index(b, q, q);
-            let ipq = pair_index(b, p, q);
-            let app = gather_pairs(b, a, ipp);
-            let app = b.real(app);
-            let aqq = gather_pairs(b, a, iqq);
-            let aqq = b.real(aqq);
-            let apq = gather_pairs(b, a, ipq);
-            let (app, aqq) = if e.is_complex() { (app, aqq) } else { (b.convert(app, e), b.convert(aqq, e)) };
-            let (j, shift) = jacobi_rotation(b, app, aqq, apq, p, q, nn);
+            let JacobiRound { p, q, ipp, iqq, ipq, app, aqq, j, shift } = jacobi_round(b, a, t, (ptab, qtab), rounds, nn);
             let jh = adjoint(b, j);
             let ja = bmm(b, jh, a);
             let a = bmm(b, ja, j);
@@ -1877,19 +1898,7 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
         },
         |b, v| {
             let (t, w, vecs, g) = (v[0], v[1], v[2], v[3]);
-            let rr = b.constant_i64(rounds, I64);
-            let r = b.rem(t, rr);
-            let (p, q) = round_pairs(b, ptab, qtab, r);
-            let ipp = pair_index(b, p, p);
-            let iqq = pair_index(b, q, q);
-            let ipq = pair_index(b, p, q);
-            let app = gather_pairs(b, g, ipp);
-            let app = b.real(app);
-            let aqq = gather_pairs(b, g, iqq);
-            let aqq = b.real(aqq);
-            let apq = gather_pairs(b, g, ipq);
-            let (app, aqq) = if e.is_complex() { (app, aqq) } else { (b.convert(app, e), b.convert(aqq, e)) };
-            let (j, _) = jacobi_rotation(b, app, aqq, apq, p, q, nn);
+            let j = jacobi_round(b, g, t, (ptab, qtab), rounds, nn).j;
             let w = bmm(b, w, j);
             let vecs = bmm(b, vecs, j);
             let g = gram(b, w);
