@@ -120,30 +120,44 @@ def _mutates_input(node):
 
 
 def _signature(gm, example_inputs):
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    sig = []
-    for name, x in zip(names, example_inputs):
+    """Per graph input: name -> (sizes, dtype, strides, dynamic dims) for tensors, or its value
+    for plain numbers. Symbolic sizes (sizes dynamo made dynamic) are shown by the example's
+    value and listed as dynamic; the symbolic size inputs themselves are left out."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sig = {}
+    for node, x in zip(placeholders, example_inputs):
+        # Dynamo hands the backend real inputs; the graph's placeholders hold the symbolic ones.
+        traced = node.meta.get("example_value", x)
         if isinstance(x, torch.Tensor):
-            sig.append((name, tuple(x.shape), x.dtype, tuple(x.stride())))
-        else:
-            sig.append((name, repr(x), None, None))
+            shape = traced.shape if isinstance(traced, torch.Tensor) else x.shape
+            dynamic = tuple(i for i, d in enumerate(shape) if isinstance(d, torch.SymInt))
+            sig[node.name] = (tuple(x.shape), x.dtype, tuple(x.stride()), dynamic)
+        elif not isinstance(traced, torch.SymInt):
+            sig[node.name] = repr(x)
     return sig
 
 
 def _changes(old, new):
-    if len(old) != len(new):
-        return [f"the graph now takes {len(new)} inputs instead of {len(old)}"]
     out = []
-    for (name, shape, dtype, stride), (_, shape2, dtype2, stride2) in zip(old, new):
-        if dtype is None or dtype2 is None:
-            if shape != shape2:
-                out.append(f"input {name} changed value {shape} -> {shape2}")
-        elif shape != shape2:
-            out.append(f"input {name} shape {list(shape)} -> {list(shape2)}")
-        elif dtype != dtype2:
-            out.append(f"input {name} dtype {dtype} -> {dtype2}")
-        elif stride != stride2:
-            out.append(f"input {name} strides {list(stride)} -> {list(stride2)}")
+    for name, now in new.items():
+        before = old.get(name)
+        if before is None:
+            out.append(f"new input {name}")
+        elif isinstance(now, str) or isinstance(before, str):
+            if before != now:
+                out.append(f"input {name} changed value {before} -> {now}")
+        else:
+            (shape, dtype, stride, dyn), (shape2, dtype2, stride2, dyn2) = before, now
+            if dyn2 != dyn and dyn2:
+                out.append(f"input {name} shape {list(shape)} -> {list(shape2)}: dims {list(dyn2)} are now dynamic "
+                           "(this graph is lowered per size without new traces)")
+            elif shape != shape2:
+                out.append(f"input {name} shape {list(shape)} -> {list(shape2)}")
+            elif dtype != dtype2:
+                out.append(f"input {name} dtype {dtype} -> {dtype2}")
+            elif stride != stride2:
+                out.append(f"input {name} strides {list(stride)} -> {list(stride2)}")
+    out += [f"input {name} is gone" for name in old if name not in new]
     return out
 
 
@@ -391,9 +405,6 @@ def backend(gm, example_inputs, **kwargs):
     import torch._dynamo
     from torch._dynamo.backends.common import aot_autograd
 
-    # Graphs are compiled per concrete shape (the executable cache is keyed by shapes), so a
-    # new shape recompiles a static graph instead of tracing a symbolic one.
-    torch._dynamo.config.automatic_dynamic_shapes = False
     frame = _explain_recompile(gm, example_inputs)
 
     def fw(g, ex):
