@@ -39,6 +39,7 @@ mod attention;
 mod grouped_mm;
 mod complex;
 mod recurrent;
+mod transformer_fastpath;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound};
@@ -173,6 +174,7 @@ pub fn registry() -> &'static Registry {
         grouped_mm::register(&mut r);
         complex::register(&mut r);
         recurrent::register(&mut r);
+        transformer_fastpath::register(&mut r);
         r
     })
 }
