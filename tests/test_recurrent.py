@@ -480,3 +480,24 @@ def test_module_error_messages_match_cpu():
                 mod(x.to(dv), None if h is None else tuple(t.to(dv) for t in h))
             msgs.append(str(e.value))
         assert msgs[0] == msgs[1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_non_contiguous_input(kind):
+    # A transposed view as a batch_first input, and a stepped view of a longer sequence.
+    m = make(kind, 4, 6, batch_first=True, num_layers=2)
+    compare_run(m, torch.randn(5, 2, 4).transpose(0, 1))
+    compare_run(m, torch.randn(2, 10, 4)[:, ::2])
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+def test_dropout_between_layers(kind):
+    # In eval mode inter-layer dropout is off and results match; in training it runs on tpu.
+    m = make(kind, 3, 5, num_layers=3, dropout=0.5)
+    compare_run(m.eval(), torch.randn(4, 2, 3))
+    dev = copy.deepcopy(m).train().to(TPU)
+    x = torch.randn(4, 2, 3, device=TPU, requires_grad=True)
+    out, _ = dev(x)
+    out.sum().backward()
+    assert out.shape == (4, 2, 5) and x.grad.shape == x.shape
+    assert torch.isfinite(x.grad.cpu()).all()

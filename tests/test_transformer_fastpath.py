@@ -404,3 +404,20 @@ def test_left_aligned_op():
             f(*args)
         except Exception as cpu_e:  # noqa: BLE001
             assert str(e) == str(cpu_e)
+
+
+def test_encoder_still_scriptable():
+    # torchtpu's tpu handling of the nested path leaves what TorchScript compiles unchanged.
+    import io
+
+    enc = encoder(layers=2, norm=True).eval()
+    x = torch.randn(3, 5, 16)
+    scripted = torch.jit.script(enc)
+    with torch.no_grad():
+        torch.testing.assert_close(scripted(x, src_key_padding_mask=PAD), enc(x, src_key_padding_mask=PAD))
+    buf = io.BytesIO()
+    torch.jit.save(scripted, buf)
+    buf.seek(0)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.jit.load(buf)(x), enc(x))
+    torch.jit.script(torch.nn.Transformer(16, 2, 1, 1, 32, batch_first=True))

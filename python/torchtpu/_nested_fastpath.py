@@ -6,14 +6,18 @@ is its default) packs the tokens of each sequence into a nested tensor
 zeros (to_padded_tensor) before its final norm. tpu has no nested tensors. When PyTorch's own
 checks choose that path for a tpu batch, the encoder instead runs its layers on the padded
 batch with the padding mask (each layer still takes its fused fast path) and zeroes the padded
-positions: the values the nested path gives on CPU. Everything else is PyTorch's forward.
+positions: the values the nested path gives on CPU. Everything else is PyTorch's forward,
+which also stays what TorchScript compiles.
 """
 import threading
+import types
+from typing import Optional
 
 import torch
+from torch import Tensor
 from torch.nn.modules import transformer as _transformer
 
-_original_forward = _transformer.TransformerEncoder.forward
+_Encoder = _transformer.TransformerEncoder
 _original_from_mask = torch._nested_tensor_from_mask
 _state = threading.local()
 
@@ -32,13 +36,13 @@ def _nested_tensor_from_mask(t, mask, mask_check=True):
     return _original_from_mask(t, mask, mask_check=mask_check)
 
 
-def _forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
-    if src.device.type != "tpu" or src_key_padding_mask is None or torch.compiler.is_compiling():
-        return _original_forward(self, src, mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+@torch.jit.unused
+def _tpu_forward(self, src: Tensor, mask: Optional[Tensor], src_key_padding_mask: Tensor,
+                 is_causal: Optional[bool]) -> Tensor:
     previous = getattr(_state, "intercept", False)
     _state.intercept = True
     try:
-        return _original_forward(self, src, mask=mask, src_key_padding_mask=src_key_padding_mask, is_causal=is_causal)
+        return self._torch_forward(src, mask, src_key_padding_mask, is_causal)
     except _NestedPathChosen as chosen:
         tokens = chosen.tokens
     finally:
@@ -58,6 +62,28 @@ def _forward(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
     return output
 
 
-_forward.__doc__ = _original_forward.__doc__
-_transformer.TransformerEncoder.forward = _forward
+def _forward(self, src: Tensor, mask: Optional[Tensor] = None, src_key_padding_mask: Optional[Tensor] = None,
+             is_causal: Optional[bool] = None) -> Tensor:
+    if not torch.jit.is_scripting():
+        if src.device.type == "tpu" and src_key_padding_mask is not None and not torch.compiler.is_compiling():
+            return self._tpu_forward(src, mask, src_key_padding_mask, is_causal)
+    return self._torch_forward(src, mask, src_key_padding_mask, is_causal)
+
+
+def _renamed(fn, name):
+    """fn under another name (TorchScript names a compiled method after its function)."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = fn.__qualname__.rsplit(".", 1)[0] + "." + name
+    copy.__doc__ = fn.__doc__
+    copy.__annotations__ = dict(fn.__annotations__)
+    return copy
+
+
+_forward.__doc__ = _Encoder.forward.__doc__
+_Encoder._torch_forward = _renamed(_Encoder.forward, "_torch_forward")
+_Encoder._tpu_forward = _tpu_forward
+_Encoder.forward = _forward
 torch._nested_tensor_from_mask = _nested_tensor_from_mask
+# TorchScript compiles calls of it (PyTorch's forward) as the aten op, as before.
+torch.jit._builtins._register_builtin(_nested_tensor_from_mask, "aten::_nested_tensor_from_mask")
