@@ -282,3 +282,26 @@ def test_mark_dynamic_batch_of_a_module():
         torch.testing.assert_close(compiled(xt).cpu(), ref(x), atol=1e-5, rtol=1e-5)
     graphs = torch.tpu.compile_stats()["graphs"][before:]
     assert len([g for g in graphs if g["kind"] == "forward"]) == 1 and graphs[0]["specializations"] == 3
+
+
+def test_host_scalars_are_computed_on_the_host():
+    # CPU 0-d tensors in a tpu graph (an optimizer's step counts): their arithmetic runs on the
+    # host, the device program reads the results, and their updates land in place on the CPU.
+    def f(steps, x):
+        for s in steps:
+            s.add_(1)
+        scale = [1 - 0.9 ** s for s in steps]
+        return x * scale[0] + x.sum() * scale[1], steps[0] * 2
+
+    compiled = torch.compile(f, backend="tpu")
+    ref_steps = [torch.tensor(0.0), torch.tensor(5.0)]
+    steps = [t.clone() for t in ref_steps]
+    x = make((3, 4))
+    for _ in range(3):
+        before = torch.tpu.compile_stats()["executions"]
+        got, doubled = compiled(steps, x.to(TPU))
+        assert torch.tpu.compile_stats()["executions"] - before == 1
+        want, want_doubled = f(ref_steps, x)
+        torch.testing.assert_close(got.cpu(), want)
+        assert doubled.device.type == "cpu" and doubled.item() == want_doubled.item()
+        assert [s.item() for s in steps] == [s.item() for s in ref_steps]

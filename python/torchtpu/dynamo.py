@@ -251,7 +251,11 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     for x in example_inputs:
         if not isinstance(x, (torch.Tensor, int, torch.SymInt)):
             raise NotImplementedError(f"torchtpu.compile: graph input {x!r} ({type(x).__name__}) is not supported")
-    tensor_inputs = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    host = _HostPart(nodes, placeholders, example_inputs)
+    host_writes = {i: n for i, n in host_writes.items() if n not in host.computed}  # else written on the host
+    # The tensor inputs the device program reads (host ones only where a device op uses them).
+    tensor_inputs = [i for i, x in enumerate(example_inputs)
+                     if isinstance(x, torch.Tensor) and (x.device.type == "tpu" or placeholders[i] in host.read_by_device)]
     symbolic = _is_symbolic(nodes)
     stats = {"graph": None, "frame": frame, "kind": kind, "nodes": 0, "calls": 0, "first_call_seconds": None,
              "specializations": 0}
@@ -263,8 +267,9 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         for i, n in enumerate([placeholders[i] for i in tensor_inputs] + constants[0]):
             enc.index[n] = ("ref", i)
         enc.num_inputs = len(tensor_inputs) + len(constants[0])
+        host.encode_inputs(enc)
         for node in nodes:
-            if node.op == "call_function":
+            if node.op == "call_function" and node not in host.computed:
                 enc.call(node)
         # Outputs computed in the graph come back from run_graph in order; inputs returned as
         # outputs, sizes and constants are handed back as they are.
@@ -272,6 +277,8 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         for o in output if isinstance(output, (list, tuple)) else [output]:
             if isinstance(o, torch.fx.Node) and o.op == "placeholder":
                 plan.append(("input", placeholders.index(o)))
+            elif o in host.computed:
+                plan.append(("host", o))
             elif isinstance(o, torch.fx.Node) and _number_meta(o) is not None:
                 plan.append(("const", _concrete(_number_meta(o), bindings)))
             elif isinstance(o, torch.fx.Node):
@@ -291,23 +298,25 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
             sizes = ", ".join(f"{k}={v}" for k, v in bindings.items())
             log.info("torchtpu.compile: %s graph %d lowered for sizes %s (specialization #%d)", kind, graph_id, sizes,
                      stats["specializations"])
-        return graph_id, plan, host_copies, bool(computed)
+        return graph_id, plan, host_copies, bool(computed), bindings
 
     static = None if symbolic else specialize({})
     by_sizes = {}
 
     def execute(args):
-        graph_id, plan, host_copies, has_outputs = static or _lookup(by_sizes, placeholders, args, specialize)
-        tensors = [*(args[i] for i in tensor_inputs), *constants[1]]
+        graph_id, plan, host_copies, has_outputs, bindings = static or _lookup(by_sizes, placeholders, args, specialize)
+        env = host.run_before(args, bindings)
+        tensors = [*(args[i] for i in tensor_inputs), *constants[1], *host.device_inputs(env)]
         if mutated:
             results = torch.ops.torchtpu.run_graph_(graph_id, [args[i] for i in mutated], tensors)
         else:
             results = torch.ops.torchtpu.run_graph(graph_id, tensors) if has_outputs else []
         for i, k in host_copies:
             args[i].copy_(results[k])
+        host.run_after(args, env, bindings)
         out = []
         for kind, x in plan:
-            out.append(results[x] if kind == "computed" else args[x] if kind == "input" else x)
+            out.append(results[x] if kind == "computed" else args[x] if kind == "input" else env[x] if kind == "host" else x)
         return tuple(out) if isinstance(output, (list, tuple)) else out[0]
 
     def run(*args):
@@ -320,6 +329,100 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         return execute(args)
 
     return make_boxed_func(run)
+
+
+class _HostPart:
+    """The part of a graph that computes on CPU tensors only: an optimizer's step counts and
+    their bias corrections (capturable=False keeps the counts on the CPU). It runs eagerly on
+    the host around the device program, which gets the values it reads as inputs (0-d ones
+    packed into one tensor per dtype), instead of uploading the counts one by one, computing
+    on the device and copying every new count back (a wait for the device per count). Writes
+    into host inputs run after the device program is queued (it copies its host inputs when
+    it is queued, so it reads the values from before the writes, as the graph says)."""
+
+    def __init__(self, nodes, placeholders, example_inputs):
+        self.index = {p: i for i, (p, x) in enumerate(zip(placeholders, example_inputs))
+                      if isinstance(x, torch.Tensor) and x.device.type == "cpu"}
+        host = set(self.index)
+        self.before, self.after = [], []
+        for n in nodes:
+            if n.op != "call_function" or _number_meta(n) is not None or not _on_cpu(n.meta.get("val")):
+                continue
+            if all(a in host or _number_meta(a) is not None for a in _node_args(n)):
+                host.add(n)
+                writes_input = n.target is torch.ops.aten.copy_.default and n.args[0] in self.index
+                (self.after if writes_input else self.before).append(n)
+        self.computed = set(self.before) | set(self.after)
+        # What device ops read from the host part, in graph order.
+        self.read_by_device = []
+        for n in nodes:
+            if n.op == "call_function" and n not in self.computed:
+                for a in _node_args(n):
+                    if a in host and a not in self.read_by_device:
+                        self.read_by_device.append(a)
+        feeds = [a for a in self.read_by_device if a in self.computed]
+        if any(not isinstance(a.meta.get("val"), torch.Tensor) for a in feeds):
+            # A device op reads a whole list the host made: keep everything on the device.
+            self.before, self.after, self.computed, self.read_by_device, feeds = [], [], set(), [], []
+            self.read_by_device = [p for p in self.index]
+        self.packs = {}
+        self.single = []
+        for a in feeds:
+            v = a.meta["val"]
+            if v.dim() == 0:
+                self.packs.setdefault(v.dtype, []).append(a)
+            else:
+                self.single.append(a)
+
+    def encode_inputs(self, enc):
+        """Adds the device program's inputs from the host part (after enc's other inputs)."""
+        first = enc.num_inputs
+        enc.num_inputs += len(self.packs) + len(self.single)
+        for k, group in enumerate(self.packs.values()):
+            for j, a in enumerate(group):
+                enc.nodes.append(("aten::select", ["self", "dim", "index"], [("ref", first + k), ("int", 0), ("int", j)]))
+                enc.index[a] = ("ref", enc.num_inputs + len(enc.nodes) - 1)
+        for k, a in enumerate(self.single):
+            enc.index[a] = ("ref", first + len(self.packs) + k)
+
+    def device_inputs(self, env):
+        packed = [torch.stack([env[a] for a in group]) for group in self.packs.values()]
+        return [*packed, *(env[a] for a in self.single)]
+
+    def _eval(self, n, args, env, bindings):
+        def value(a):
+            if not isinstance(a, torch.fx.Node):
+                return a
+            if a in env:
+                return env[a]
+            if a in self.index:
+                return args[self.index[a]]
+            return _concrete(_number_meta(a), bindings)
+
+        env[n] = n.target(*torch.fx.node.map_aggregate(n.args, value), **torch.fx.node.map_aggregate(n.kwargs, value))
+
+    def run_before(self, args, bindings):
+        env = {}
+        for n in self.before:
+            self._eval(n, args, env, bindings)
+        return env
+
+    def run_after(self, args, env, bindings):
+        for n in self.after:
+            self._eval(n, args, env, bindings)
+
+
+def _on_cpu(v):
+    if isinstance(v, (list, tuple)):
+        return len(v) > 0 and all(_on_cpu(x) for x in v)
+    return isinstance(v, torch.Tensor) and v.device.type == "cpu"
+
+
+def _node_args(n):
+    """The nodes a node reads."""
+    found = []
+    torch.fx.node.map_arg((n.args, n.kwargs), found.append)
+    return found
 
 
 def _graph_constants(gm, nodes):
