@@ -260,3 +260,12 @@ def test_out_of_memory_raises_torch_out_of_memory_error():
     with pytest.raises(torch.OutOfMemoryError, match="tpu out of memory"):
         torch.ones(2**42, device=TPU).sum().item()
     assert torch.ones(3, device=TPU).sum().item() == 3.0
+
+
+def test_mem_get_info_reports_free_and_total():
+    free, total = torch.tpu.mem_get_info()
+    assert 0 < free <= total
+    if torch.tpu.get_device_name() == "XLA CPU":  # the CPU plugin's memory is the host's RAM
+        with open("/proc/meminfo") as f:
+            total_kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+        assert total == total_kib * 1024

@@ -259,6 +259,24 @@ def memory_allocated(device=None):
     return _C.live_bytes()
 
 
+def mem_get_info(device=None):
+    """(free bytes, total bytes) of the device's memory: from the plugin's allocator where it
+    reports a limit (GPU, TPU); on the CPU plugin the device memory is the host's RAM."""
+    stats = _C.device_memory(_index(device))
+    if stats is not None and stats[1] is not None:
+        in_use, limit = stats
+        return limit - in_use, limit
+    platform = _C.platform()[0]
+    if platform == "cpu":
+        info = {}
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, value = line.split(":", 1)
+                info[key] = int(value.split()[0]) * 1024
+        return info["MemAvailable"], info["MemTotal"]
+    raise RuntimeError(f"torchtpu: the {platform} plugin does not report its memory")
+
+
 def empty_cache():
     """Nothing to release: a device buffer is freed when its last tensor dies (the plugin's
     allocator may keep the memory pooled for reuse, as PJRT's GPU allocator does)."""

@@ -61,6 +61,15 @@ fn pjrt_error(e: pjrt::Error) -> PyErr {
     pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message))
 }
 
+/// The plugin's allocator statistics for a device: (bytes in use, bytes limit or None), or
+/// None where the plugin reports none (the CPU plugin).
+#[pyfunction]
+fn device_memory(device: i32) -> PyResult<Option<(i64, Option<i64>)>> {
+    let rt = engine::runtime::runtime().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    let d = rt.device(device).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    Ok(d.memory_stats().map_err(pjrt_error)?.map(|s| (s.bytes_in_use, s.bytes_limit)))
+}
+
 /// A recorded point in the device's work, for torch.tpu.Event.
 #[pyclass(frozen)]
 struct Marker(engine::cell::Marker);
@@ -235,5 +244,6 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
     m.add_function(wrap_pyfunction!(register_graph, m)?)?;
     m.add_class::<Marker>()?;
+    m.add_function(wrap_pyfunction!(device_memory, m)?)?;
     Ok(())
 }
