@@ -99,6 +99,18 @@ pub fn run_host(check: &HostCheck, args: &[TtArg]) -> Result<(), Error> {
         members.push((t.host as *const u8, dtype, strides, lo, hi));
     }
     let n: i64 = check.shape.iter().product();
+    if let [(ptr, dtype, _, lo, hi)] = &members[..] {
+        if check.members[0].2 == check.shape {
+            // One index tensor, not broadcast: a plain scan.
+            for e in 0..n as usize {
+                let v = host_value(*ptr, *dtype, e);
+                if v < *lo || v >= *hi {
+                    return Err(Error::Torch(TorchError::new(check.kind, message(&check.messages[0], e as i64, v))));
+                }
+            }
+            return Ok(());
+        }
+    }
     let mut coord = vec![0i64; rank];
     for e in 0..n {
         for (m, (ptr, dtype, strides, lo, hi)) in members.iter().enumerate() {
