@@ -515,3 +515,77 @@ def test_robust_losses(reduction, loss, kw):
 def test_robust_loss_errors():
     check_error(lambda a, b: F.huber_loss(a, b, delta=0.0), make((3,)), make((3,)))
     check_error(lambda a, b: F.smooth_l1_loss(a, b, beta=-1.0), make((3,)), make((3,)))
+
+
+# ---- weight norm (_weight_norm_interface: nn.utils.weight_norm, wav2vec2's positional conv) ----
+
+WN_CASES = [((4, 3, 5), 0, (4, 1, 1)), ((4, 3, 5), 2, (1, 1, 5)), ((7,), 0, (7,)), ((6, 2), 1, (1, 2)),
+            ((5, 3), 0, (5,))]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("shape,dim,gshape", WN_CASES)
+def test_weight_norm_interface(shape, dim, gshape, dtype):
+    w, norms = check(torch.ops.aten._weight_norm_interface, make(shape, dtype), make(gshape, dtype), dim)
+    assert norms.dtype == (torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype)
+
+
+def test_weight_norm_interface_noncontiguous_and_empty():
+    # PyTorch's CPU kernel reads its operands as contiguous (torch._weight_norm makes them so):
+    # the reference is the op on contiguous copies.
+    op = torch.ops.aten._weight_norm_interface
+    v = make((5, 4))
+    for x, g, dim in [(v.t(), make((4, 1)), 0), (v[:, ::2], make((1, 2)), 1), (v[::2], make((3, 1))[:, :1], 0)]:
+        ref = op(x.contiguous(), g.contiguous(), dim)
+        got = op(x.to(TPU), g.to(TPU), dim)
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a.cpu(), b)
+    # Empty slices have norm 0 (PyTorch's CPU kernel divides by zero rows itself: not tested).
+    check(torch.ops.aten._weight_norm_interface, make((2, 0)), make((2, 1)), 0)
+    check(torch.ops.aten._weight_norm_interface, make((0, 3)), make((1, 3)), 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,dim,gshape", WN_CASES)
+def test_weight_norm_grads(shape, dim, gshape, dtype):
+    # torch._weight_norm takes the fused op for the first and last dims; its backward is
+    # _weight_norm_interface_backward.
+    check_grads(torch._weight_norm, make(shape, dtype), make(gshape, dtype), dim, needs=[True, True, False])
+
+
+def test_weight_norm_interface_backward_direct():
+    v, g, gw = make((4, 3, 5)), make((1, 1, 5)), make((4, 3, 5))
+    _, n = torch.ops.aten._weight_norm_interface(v, g, 2)
+    check(torch.ops.aten._weight_norm_interface_backward, gw, v, g, n, 2)
+    # A non-contiguous grad_w (the CPU kernel wants a contiguous one: autograd passes one).
+    nc = gw.transpose(0, 1).contiguous().transpose(0, 1)
+    ref = torch.ops.aten._weight_norm_interface_backward(nc.contiguous(), v, g, n, 2)
+    got = torch.ops.aten._weight_norm_interface_backward(nc.to(TPU), v.to(TPU), g.to(TPU), n.to(TPU), 2)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.cpu(), b)
+
+
+def test_weight_norm_conv_module():
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(6, 6, 5, padding=2, groups=2), name="weight", dim=2)
+    x = make((2, 6, 9))
+    dev = __import__("copy").deepcopy(conv).to(TPU)
+    torch.testing.assert_close(dev(x.to(TPU)).cpu(), conv(x))
+    conv(x).sum().backward()
+    dev(x.to(TPU)).sum().backward()
+    for (name, p), q in zip(conv.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, msg=name)
+
+
+def test_weight_norm_interface_errors():
+    op = torch.ops.aten._weight_norm_interface
+    check_error(op, make((4, 3), torch.int64), make((4, 1), torch.int64), 0)  # no integer kernel
+    check_error(op, make((4, 3, 5)), make((1, 3, 1)), 1)  # a middle dim
+    check_error(op, make((4, 3, 5)), make((1, 1, 5)), -1)  # dim is not wrapped
+    check_error(op, make((4, 3), torch.bfloat16), make((4, 1)), 0)  # g's dtype differs
+    check_error(op, make(()), make(()), 0)  # 0-d: no dim 0
+    bw = torch.ops.aten._weight_norm_interface_backward
+    v, g = make((4, 3)), make((4, 1))
+    _, n = op(v, g, 0)
+    check_error(bw, make((4, 3), torch.float64), v, g, n, 0)  # grad_w's dtype differs
+    check_error(bw, make((4, 3)), v, g, n.double(), 0)  # norms' dtype differs

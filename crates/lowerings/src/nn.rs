@@ -1,7 +1,8 @@
 //! Softmax, normalization and losses: _softmax/_log_softmax and their backward ops,
 //! native_batch_norm (which also carries layer_norm on this backend: PyTorch's composite
 //! native_layer_norm calls it) and its backward, native_layer_norm_backward, nll_loss(2d),
-//! mse_loss and binary_cross_entropy with their backward ops.
+//! mse_loss and binary_cross_entropy with their backward ops; the fused weight norm
+//! (_weight_norm_interface) and its backward.
 //!
 //! 16-bit floats are computed in float32 and rounded once at the end.
 use crate::args::{Args, Tensor};
@@ -37,6 +38,8 @@ pub fn register(r: &mut Registry) {
     r.add("mse_loss_backward", mse_loss_backward);
     r.add("binary_cross_entropy", binary_cross_entropy);
     r.add("binary_cross_entropy_backward", binary_cross_entropy_backward);
+    r.add("_weight_norm_interface", weight_norm_interface);
+    r.add("_weight_norm_interface_backward", weight_norm_interface_backward);
 }
 
 // ---- helpers ----------------------------------------------------------------------------------
@@ -1037,4 +1040,135 @@ fn robust_loss_backward(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec
         gr = cx.div(gr, n);
     }
     one(cx.cast(gr, dt))
+}
+
+// ---- weight norm ----------------------------------------------------------------------------------
+
+/// The fused weight norm's layout of `v` along `dim`: the dims its norms reduce (all but
+/// `dim`) and the number of norms (`v.size(dim)`). PyTorch's kernels exist for the first and
+/// the last dim only (`dim` is not wrapped) and read `g` as one value per norm.
+fn weight_norm_layout(cx: &Cx, v: &Tensor, g: &Tensor, dim: i64, kernel: &str) -> Result<(Vec<i64>, i64)> {
+    check!(v.dtype.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, v.dtype.torch_name());
+    let dims = cx.dims(v.v);
+    let nd = dims.len() as i64;
+    check!(nd > 0, Index, "Dimension specified as 0 but tensor has no dimensions");
+    check!(
+        dim == 0 || dim == nd - 1,
+        Runtime,
+        "fused kernels can only be applied for first or last dim (got dim {} of a {}-d tensor)",
+        dim,
+        nd
+    );
+    let n = dims[dim as usize];
+    check!(
+        cx.numel(g.v) == n,
+        Runtime,
+        "weight_norm: expected g to hold one value per slice of v along dim {} ({}), but got g of shape {:?}",
+        dim,
+        n,
+        cx.dims(g.v)
+    );
+    let rest: Vec<i64> = (0..nd).filter(|&d| d != dim).collect();
+    Ok((rest, n))
+}
+
+/// The dtype of weight norm's saved norms: float32 for a 16-bit `g` (as on CUDA), else g's.
+fn weight_norm_norms_dtype(g: DType) -> DType {
+    if is_16bit(g) {
+        DType::F32
+    } else {
+        g
+    }
+}
+
+/// PyTorch's kernels read every operand in v's dtype (the norms in their own): a mismatch is
+/// "expected scalar type".
+fn check_same_dtype(expected: DType, t: &Tensor) -> Result<()> {
+    check!(
+        t.dtype == expected,
+        Runtime,
+        "expected scalar type {} but found {}",
+        expected.torch_name(),
+        t.dtype.torch_name()
+    );
+    Ok(())
+}
+
+/// One value per norm (`g` or the norms, any shape holding `n` values) broadcast along `dim`.
+fn per_norm(cx: &mut Cx, t: Value, n: i64, dims: &[i64], dim: i64, acc: DType) -> Value {
+    let t = cx.cast(t, acc);
+    let t = cx.reshape(t, &[n]);
+    cx.broadcast_in_dim(t, dims, &[dim])
+}
+
+/// _weight_norm_interface(v, g, dim) -> (w, norms): w = v * g / ||v|| with the 2-norms taken
+/// over every dim but `dim`; norms has g's shape. 16-bit inputs are computed in float32.
+fn weight_norm_interface(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let v = args.tensor("v")?;
+    let g = args.tensor("g")?;
+    let dim = args.int_or("dim", 0)?;
+    let (rest, n) = weight_norm_layout(cx, &v, &g, dim, "weight_norm_kernel")?;
+    check_same_dtype(v.dtype, &g)?;
+    let dims = cx.dims(v.v);
+    let acc = acc_type(v.dtype);
+    let x = cx.cast(v.v, acc);
+    let sq = cx.mul(x, x);
+    let ss = reduce(cx, sq, &rest, Red::Sum);
+    let norm = cx.sqrt(ss);
+    let nb = cx.broadcast_in_dim(norm, &dims, &[dim]);
+    let gb = per_norm(cx, g.v, n, &dims, dim, acc);
+    let scale = cx.div(gb, nb);
+    let w = cx.mul(x, scale);
+    let w = cx.cast(w, v.dtype);
+    let g_dims = cx.dims(g.v);
+    let norms = cx.reshape(norm, &g_dims);
+    let norms = cx.cast(norms, weight_norm_norms_dtype(g.dtype));
+    Ok(vec![Out::Tensor(w), Out::Tensor(norms)])
+}
+
+/// _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim) ->
+/// (grad_v, grad_g): with a = sum(grad_w * v) over each slice, grad_g = a / norm and
+/// grad_v = g / norm * (grad_w - v * a / norm^2), as PyTorch's fused kernels compute them.
+fn weight_norm_interface_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let gw = args.tensor("grad_w")?;
+    let v = args.tensor("saved_v")?;
+    let g = args.tensor("saved_g")?;
+    let norms = args.tensor("saved_norms")?;
+    let dim = args.int("dim")?;
+    let (rest, n) = weight_norm_layout(cx, &v, &g, dim, "weight_norm_backward_kernel")?;
+    check_same_dtype(v.dtype, &gw)?;
+    check_same_dtype(v.dtype, &g)?;
+    check_same_dtype(weight_norm_norms_dtype(v.dtype), &norms)?;
+    let dims = cx.dims(v.v);
+    check!(
+        cx.dims(gw.v) == dims && cx.numel(norms.v) == n,
+        Runtime,
+        "weight_norm backward: expected grad_w of shape {:?} and {} norms, but got grad_w of shape {:?} and norms of shape {:?}",
+        dims,
+        n,
+        cx.dims(gw.v),
+        cx.dims(norms.v)
+    );
+    let acc = acc_type(v.dtype);
+    let x = cx.cast(v.v, acc);
+    let dw = cx.cast(gw.v, acc);
+    let prod = cx.mul(dw, x);
+    let a = reduce(cx, prod, &rest, Red::Sum);
+    let nrm = cx.cast(norms.v, acc);
+    let nrm = cx.reshape(nrm, &[n]);
+    let grad_g = cx.div(a, nrm);
+    let g_dims = cx.dims(g.v);
+    let grad_g_out = cx.reshape(grad_g, &g_dims);
+    let grad_g_out = cx.cast(grad_g_out, g.dtype);
+    let n2 = cx.mul(nrm, nrm);
+    let coef = cx.div(a, n2);
+    let coef = cx.broadcast_in_dim(coef, &dims, &[dim]);
+    let vc = cx.mul(x, coef);
+    let d = cx.sub(dw, vc);
+    let gb = per_norm(cx, g.v, n, &dims, dim, acc);
+    let nb = cx.broadcast_in_dim(nrm, &dims, &[dim]);
+    let scale = cx.div(gb, nb);
+    let grad_v = cx.mul(scale, d);
+    let grad_v = cx.cast(grad_v, v.dtype);
+    Ok(vec![Out::Tensor(grad_v), Out::Tensor(grad_g_out)])
 }
