@@ -211,18 +211,12 @@ def test_multihead_attention_module_masks():
 
 
 def test_multihead_attention_bfloat16():
-    m = torch.nn.MultiheadAttention(16, 2, batch_first=True)
-    x = torch.randn(2, 6, 16)
-    ref_m = copy.deepcopy(m).to(torch.bfloat16).float().eval()
-    dev = copy.deepcopy(m).to(TPU, torch.bfloat16).eval()
-    xb = x.to(torch.bfloat16)
-    with torch.no_grad():
-        ref = ref_m(xb.float(), xb.float(), xb.float())
-        xd = xb.to(TPU)
-        got = dev(xd, xd, xd)
-    for g, r in zip(got, ref):
-        assert g.dtype == torch.bfloat16
-        torch.testing.assert_close(g.cpu().float(), r, **BF16)
+    # The CPU kernels' rounding points are kept: bfloat16 results match CPU's bfloat16 ones.
+    m = torch.nn.MultiheadAttention(16, 2, batch_first=True).to(torch.bfloat16)
+    x = torch.randn(2, 6, 16).to(torch.bfloat16)
+    pad = torch.tensor([[0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1]], dtype=torch.bool)
+    run_module(m, (x, x, x), dict(key_padding_mask=pad), tol={}, expect_op="_native_multi_head_attention")
+    run_module(m, (x, x, x), dict(average_attn_weights=False), tol={}, expect_op="_native_multi_head_attention")
 
 
 # ---- nn.TransformerEncoderLayer ---------------------------------------------------------------
@@ -274,16 +268,29 @@ def test_encoder_layer_empty_and_float64():
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_encoder_layer_bfloat16(norm_first):
-    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, norm_first=norm_first, activation="gelu")
-    ref_m = copy.deepcopy(layer).to(torch.bfloat16).float().eval()
-    dev = copy.deepcopy(layer).to(TPU, torch.bfloat16).eval()
-    x = torch.randn(2, 6, 16).to(torch.bfloat16)
-    pad = torch.tensor([[0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1]], dtype=torch.bool)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_encoder_layer_16bit(norm_first, activation, dtype):
+    # 16-bit results match CPU's 16-bit ones (same rounding points).
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, norm_first=norm_first,
+                                             activation=activation).to(dtype)
+    x = torch.randn(3, 9, 32).to(dtype)
+    pad = torch.tensor([[0] * 9, [0] * 6 + [1] * 3, [0] * 2 + [1] * 7], dtype=torch.bool)
+    run_module(layer, (x,), tol={}, expect_op="_transformer_encoder_layer_fwd")
+    run_module(layer, (x,), dict(src_key_padding_mask=pad), tol={}, expect_op="_transformer_encoder_layer_fwd")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_encoder_16bit_against_float32(dtype):
+    # And they stay close to float32 arithmetic on the same rounded weights and inputs.
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True, activation="gelu")
+    ref_m = copy.deepcopy(layer).to(dtype).float().eval()
+    dev = copy.deepcopy(layer).to(TPU, dtype).eval()
+    x = torch.randn(2, 6, 16).to(dtype)
     with torch.no_grad():
-        ref = ref_m(x.float(), src_key_padding_mask=pad)
-        got = dev(x.to(TPU), src_key_padding_mask=pad.to(TPU))
-    assert got.dtype == torch.bfloat16
+        ref = ref_m(x.float())
+        got = dev(x.to(TPU))
+    assert got.dtype == dtype
     torch.testing.assert_close(got.cpu().float(), ref, **BF16)
 
 

@@ -218,24 +218,39 @@ fn scores_mask(cx: &mut Cx, m: &Mha, scores: &[i64]) -> Result<Option<Value>> {
 }
 
 /// Softmax over the last dim of [B, H, T, S] scores (accumulate type), masked keys excluded.
-fn masked_softmax(cx: &mut Cx, s: Value, mask: Option<Value>) -> Value {
+/// Without a mask it is PyTorch's softmax (exponentials over their sum); with one, CPU's
+/// masked softmax kernel, which for 16-bit floats works in the dtype: the shifted scores, the
+/// exponentials and the reciprocal of their (float32) sum are each rounded to it.
+fn masked_softmax(cx: &mut Cx, s: Value, mask: Option<Value>, dt: DType) -> Value {
     let d = cx.dims(s);
     let acc = cx.dtype(s);
-    let s = match mask {
-        Some(m) => {
-            let ninf = cx.full(f64::NEG_INFINITY, acc, &d);
-            cx.select(m, ninf, s)
-        }
-        None => s,
-    };
     let keep = [0, 1, 2];
+    let Some(m) = mask else {
+        let mx = reduce(cx, s, &[3], Red::Max);
+        let mb = cx.broadcast_in_dim(mx, &d, &keep);
+        let z = cx.sub(s, mb);
+        let e = cx.exp(z);
+        let t = reduce(cx, e, &[3], Red::Sum);
+        let tb = cx.broadcast_in_dim(t, &d, &keep);
+        return cx.div(e, tb);
+    };
+    let ninf = cx.full(f64::NEG_INFINITY, acc, &d);
+    let s = cx.select(m, ninf, s);
     let mx = reduce(cx, s, &[3], Red::Max);
     let mb = cx.broadcast_in_dim(mx, &d, &keep);
     let z = cx.sub(s, mb);
+    let z = round(cx, z, dt);
     let e = cx.exp(z);
+    let e = round(cx, e, dt);
     let t = reduce(cx, e, &[3], Red::Sum);
     let tb = cx.broadcast_in_dim(t, &d, &keep);
-    cx.div(e, tb)
+    if acc == dt {
+        return cx.div(e, tb);
+    }
+    let one = cx.full(1.0, acc, &d);
+    let r = cx.div(one, tb);
+    let r = round(cx, r, dt);
+    cx.mul(e, r)
 }
 
 /// One multi-head attention: (output [B, T, D] in the input dtype, probabilities [B, H, T, S]
@@ -259,7 +274,7 @@ fn attention(cx: &mut Cx, q: &Tensor, k: &Tensor, v: &Tensor, m: &Mha) -> Result
     let qp = proj(cx, q.v, wq);
     let kp = proj(cx, k.v, wk);
     let vp = proj(cx, v.v, wv);
-    // _transform_bias_rescale_qkv: each addition and the scaling rounded to the dtype.
+    // _transform_bias_rescale_qkv.
     let bias = cx.cast(m.qkv_bias.v, acc);
     let bpart = |cx: &mut Cx, i: i64, n: i64| {
         let s = cx.slice(bias, &[i * d], &[(i + 1) * d], &[1]);
@@ -268,18 +283,10 @@ fn attention(cx: &mut Cx, q: &Tensor, k: &Tensor, v: &Tensor, m: &Mha) -> Result
     let bq = bpart(cx, 0, t);
     let bk = bpart(cx, 1, s_len);
     let bv = bpart(cx, 2, s_len);
+    // q = (q + q_bias) / sqrt(head_dim) in the accumulate type, rounded once.
     let qp = cx.add(qp, bq);
-    let qp = round(cx, qp, dt);
-    // 1 / sqrt(head_dim) as PyTorch computes it for the dtype: the square root of a 16-bit
-    // float is rounded to it, of a float in float32; the quotient is stored in the dtype.
-    let root = match dt {
-        DType::F64 => (dh as f64).sqrt(),
-        DType::F32 => (dh as f32).sqrt() as f64,
-        _ => stablehlo::round_to((dh as f32).sqrt() as f64, dt.elem()),
-    };
-    let inv = 1.0 / root;
-    let inv = cx.full(inv, dt, &[b, t, d]);
-    let inv = cx.cast(inv, acc);
+    let inv = 1.0 / (dh as f64).sqrt();
+    let inv = cx.full(inv, acc, &[b, t, d]);
     let qp = cx.mul(qp, inv);
     let kp = cx.add(kp, bk);
     let vp = cx.add(vp, bv);
@@ -295,7 +302,7 @@ fn attention(cx: &mut Cx, q: &Tensor, k: &Tensor, v: &Tensor, m: &Mha) -> Result
     let scores = round(cx, scores, dt);
     let sd = cx.dims(scores);
     let mask = scores_mask(cx, m, &sd)?;
-    let p = masked_softmax(cx, scores, mask);
+    let p = masked_softmax(cx, scores, mask, dt);
     let p = round(cx, p, dt);
     let pd = cx.cast(p, dt);
     let ctx = contract(cx, pd, vh, (&[0, 1], &[0, 1]), (&[3], &[2]));
