@@ -691,12 +691,10 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
         }
     }
     let checks = first.is_some();
-    let mut acc_alias = None;
     if let Some(row) = first {
+        // (Not aliased to its input: XLA would add a copy to update it in place.)
         let acc = b.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
         results.push(keep_first(&mut b.cx, acc, row));
-        // The new accumulator reuses the old one's memory.
-        acc_alias = Some((b.cx.b.num_params() - 1, results.len() - 1));
     }
     // Float scalars the lowering made into inputs.
     let mut feeds = b.feeds;
@@ -725,7 +723,6 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
             }
         }
     }
-    aliases.extend(acc_alias);
     let text = b.cx.b.finish_with_aliases(&results, &aliases);
     let rt = runtime()?;
     let exe = rt.compile(&text).map_err(|e| {
