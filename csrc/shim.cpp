@@ -490,7 +490,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   c10::DeviceIndex device = current_device;
   for (const auto& v : inputs) {
-    if (v.isTensor() && v.toTensor().device().type() == kTpu) {
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().type() == kTpu) {
       device = v.toTensor().device().index();
       break;
     }

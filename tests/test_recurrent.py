@@ -225,8 +225,6 @@ def test_only_final_hidden_state_used(kind):
     final_state_grads(kind, 0)
 
 
-@pytest.mark.xfail(strict=True, reason="the shim reads the device of an undefined tensor argument "
-                   "(csrc/shim.cpp fallback: an undefined grad_hy of _thnn_fused_lstm_cell_backward_impl)")
 def test_only_final_cell_state_used():
     # Only c_n carries a gradient: autograd passes an undefined grad_hy for the last step.
     final_state_grads("lstm", 1)
