@@ -56,7 +56,7 @@ typedef struct TtArg {
 
 // A tensor, or a list header (i = item count) followed by its items. Number returns (bool,
 // int, float in the schema) come back as 0-d tensors that the shim reads.
-enum TtOutKind : uint8_t { TT_OUT_TENSOR = 0, TT_OUT_LIST = 1 };
+enum TtOutKind : uint8_t { TT_OUT_TENSOR = 0, TT_OUT_LIST = 1, TT_OUT_UNDEFINED = 2 };
 
 typedef struct TtOut {
   uint8_t kind;

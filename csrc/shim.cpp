@@ -516,6 +516,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const TtOut& o = r->outs[next++];
     switch (o.kind) {
       case TT_OUT_TENSOR: returns.emplace_back(wrap_out(o, device)); break;
+      case TT_OUT_UNDEFINED: returns.emplace_back(at::Tensor()); break;
       case TT_OUT_LIST: {
         std::vector<at::Tensor> items;
         for (int64_t k = 0; k < o.i; k++) items.push_back(wrap_out(r->outs[next++], device));

@@ -72,6 +72,7 @@ pub struct TtArg {
 
 pub const TT_OUT_TENSOR: u8 = 0;
 pub const TT_OUT_LIST: u8 = 1;
+pub const TT_OUT_UNDEFINED: u8 = 2;
 
 #[repr(C)]
 #[derive(Copy, Clone)]

@@ -50,6 +50,7 @@ enum OutSpec {
 enum RetSpec {
     Tensor(usize),
     List(Vec<usize>),
+    Undefined,
 }
 
 struct Entry {
@@ -210,6 +211,7 @@ pub fn op_info(id: i32) -> Option<Arc<OpInfo>> {
 pub enum Produced {
     Tensor { cell: *mut Cell, dtype: DType, dims: Vec<i64> },
     List(Vec<Produced>),
+    Undefined,
 }
 
 pub enum CallResult {
@@ -655,6 +657,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
                 let idx = vs.iter().map(|&v| push(&b.cx, v, &mut results, &mut specs)).collect();
                 returns.push(RetSpec::List(idx));
             }
+            Out::Undefined => returns.push(RetSpec::Undefined),
         }
     }
     for (slot, &w) in b.written.iter().enumerate() {
@@ -866,6 +869,7 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
         match r {
             RetSpec::Tensor(i) => produced.push(made[*i].take().unwrap()),
             RetSpec::List(is) => produced.push(Produced::List(is.iter().map(|&i| made[i].take().unwrap()).collect())),
+            RetSpec::Undefined => produced.push(Produced::Undefined),
         }
     }
     Ok(produced)

@@ -120,6 +120,8 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
                 outs.into_iter()
                     .map(|o| match o {
                         Out::Tensor(v) => Ok(v),
+                        // Graphs never read an undefined result: stand in an empty tensor.
+                        Out::Undefined => Ok(cx.full(0.0, crate::DType::F32, &[0])),
                         Out::List(_) => bail!(NotImplemented, "torchtpu.compile: nested results of {}", node.target),
                     })
                     .collect::<Result<_>>()?,
@@ -157,6 +159,7 @@ fn arg(cx: &Cx, values: &[Out], a: &GArg) -> Result<Arg> {
         GArg::Ref(i) => match values.get(*i) {
             Some(Out::Tensor(v)) => tensor(cx, *v),
             Some(Out::List(vs)) => Arg::List(vs.iter().map(|&v| tensor(cx, v)).collect()),
+            Some(Out::Undefined) => Arg::None,
             None => bail!(Runtime, "torchtpu.compile: reference to value {} before it exists", i),
         },
         GArg::Item(i, j) => match values.get(*i) {

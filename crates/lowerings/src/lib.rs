@@ -55,6 +55,8 @@ use stablehlo::Value;
 pub enum Out {
     Tensor(Value),
     List(Vec<Value>),
+    /// An undefined tensor (Python's None), for optional results PyTorch leaves out.
+    Undefined,
 }
 
 pub type LowerFn = fn(&mut Cx, &Args) -> Result<Vec<Out>>;

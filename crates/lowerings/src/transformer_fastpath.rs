@@ -315,8 +315,8 @@ fn attention(cx: &mut Cx, q: &Tensor, k: &Tensor, v: &Tensor, m: &Mha) -> Result
 
 /// _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
 /// proj_weight, proj_bias, mask, need_weights, average_attn_weights, mask_type)
-/// -> (output, weights). PyTorch returns an undefined tensor for weights that were not asked
-/// for (or for empty inputs): a [0] tensor here, as the engine returns no undefined tensors.
+/// -> (output, weights). Weights that were not asked for (or of empty inputs) are undefined
+/// (None), as PyTorch returns them.
 fn native_multi_head_attention(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (q, k, v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
     let m = Mha::from_args(args, "num_head")?;
@@ -324,15 +324,15 @@ fn native_multi_head_attention(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let average = args.bool_or("average_attn_weights", true)?;
     check_mha(cx, &q, &k, &v, &m)?;
     let dt = q.dtype;
-    let undefined = cx.full(0.0, dt, &[0]);
     if cx.numel(q.v) == 0 {
         let z = cx.full(0.0, dt, &cx.dims(q.v));
-        return Ok(vec![Out::Tensor(z), Out::Tensor(undefined)]);
+        return Ok(vec![Out::Tensor(z), Out::Undefined]);
     }
     let (out, p) = attention(cx, &q, &k, &v, &m)?;
-    let weights = if !need_weights {
-        undefined
-    } else if average {
+    if !need_weights {
+        return Ok(vec![Out::Tensor(out), Out::Undefined]);
+    }
+    let weights = if average {
         // qkt.sum(1) then /= num_head, each rounded to the dtype.
         let s = reduce(cx, p, &[1], Red::Sum);
         let s = round(cx, s, dt);

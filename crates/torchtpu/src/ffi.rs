@@ -55,6 +55,10 @@ fn push_produced(buf: &mut ResultBuf, p: Produced) {
             });
             buf.dims.push(dims);
         }
+        Produced::Undefined => {
+            buf.outs.push(TtOut { kind: TT_OUT_UNDEFINED, dtype: 0, ndim: 0, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: 0 });
+            buf.dims.push(Vec::new());
+        }
         Produced::List(items) => {
             buf.outs.push(TtOut { kind: TT_OUT_LIST, dtype: 0, ndim: 0, sizes: std::ptr::null(), cell: std::ptr::null_mut(), i: items.len() as i64 });
             buf.dims.push(Vec::new());
