@@ -358,6 +358,14 @@ FAMILIES = {
     "Llava": ("Llava", "LlavaForConditionalGeneration", _with_image(16, pixel_values=_pixels),
               dict(small=False, causal=True, text_config=LLAMA, vision_config=dict(VIT, model_type="clip_vision_model"),
                    image_token_index=120, image_seq_length=16)),
+    # AnyRes: a base view and one 32x32 crop give 16 + 4 rows of (4 + newline) = 36 tokens.
+    **{n: (n, f"{n}ForConditionalGeneration",
+           _with_image(36, pixel_values=lambda: torch.randn(2, 2, 3, 32, 32, generator=_gen(4)),
+                       image_sizes=lambda: torch.tensor([[32, 32], [32, 32]])),
+           dict(small=False, causal=True, text_config=dict(LLAMA, model_type=text),
+                vision_config=dict(VIT, model_type=vision), image_token_index=120, image_grid_pinpoints=[[32, 32]]))
+       for n, text, vision in [("LlavaNext", "llama", "clip_vision_model"),
+                               ("LlavaOnevision", "qwen2", "siglip_vision_model")]},
     "PaliGemma": ("PaliGemma", "PaliGemmaForConditionalGeneration", _with_image(16, pixel_values=_pixels),
                   dict(small=False, causal=True, ctor=True, image_token_index=120, projection_dim=64, hidden_size=64,
                        text_config=dict(LLAMA, model_type="gemma", num_key_value_heads=4),
@@ -404,6 +412,33 @@ FAMILIES = {
                    dict(small=False, causal=True, audio_token_index=120, text_config=dict(LLAMA, model_type="qwen2"),
                         audio_config=dict(num_mel_bins=16, encoder_layers=2, encoder_attention_heads=4,
                                           encoder_ffn_dim=128, d_model=64, max_source_positions=32))),
+    "Kosmos2": ("Kosmos2", "Kosmos2ForConditionalGeneration",
+                lambda: dict(input_ids=_ids(), pixel_values=_pixels(),
+                             image_embeds_position_mask=torch.tensor([[0] + [1] * 4 + [0] * 5] * 2)),
+                dict(small=False, latent_query_num=4, vision_config=VIT,
+                     text_config=dict(vocab_size=128, embed_dim=64, layers=2, ffn_dim=128, attention_heads=4,
+                                      max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2))),
+    # Pix2Struct reads flattened patches, each with its (row, column) first.
+    "Pix2Struct": ("Pix2Struct", "Pix2StructForConditionalGeneration",
+                   lambda: dict(flattened_patches=torch.cat([
+                       torch.stack(torch.meshgrid(torch.arange(1, 5.0), torch.arange(1, 5.0), indexing="ij"), -1)
+                       .reshape(1, 16, 2).expand(2, 16, 2), torch.randn(2, 16, 48, generator=_gen(4))], -1),
+                       attention_mask=torch.ones(2, 16), decoder_input_ids=_ids((2, 5), 6)),
+                   dict(small=False, text_config=dict(vocab_size=128, hidden_size=64, d_kv=16, d_ff=128, num_layers=2,
+                                                      num_heads=4),
+                        vision_config=dict(hidden_size=64, patch_embed_hidden_size=48, d_ff=128, d_kv=16,
+                                           num_hidden_layers=2, num_attention_heads=4, seq_len=16))),
+    "Clap": ("Clap", "ClapModel",
+             lambda: dict(input_ids=_ids((2, 7), 4), input_features=torch.randn(2, 1, 64, 16, generator=_gen(4))),
+             dict(small=False, projection_dim=32, text_config=TEXT,
+                  audio_config=dict(window_size=2, num_mel_bins=16, spec_size=32, patch_size=4, patch_stride=[4, 4],
+                                    hidden_size=64, projection_dim=32, depths=[1, 1], num_attention_heads=[2, 4],
+                                    patch_embeds_hidden_size=32, enable_fusion=False))),
+    # Musicgen's decoder: one row of codes per codebook.
+    "MusicgenDecoder": ("MusicgenDecoder", "MusicgenForCausalLM", lambda: dict(input_ids=_ids((8, 6), 4, high=64)),
+                        dict(small=False, vocab_size=64, hidden_size=64, ffn_dim=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_codebooks=4, max_position_embeddings=64, pad_token_id=0,
+                             bos_token_id=1)),
     # Time series (Autoformer's auto-correlation runs through rfft/irfft).
     "PatchTST": ("PatchTST", "PatchTSTForPrediction", lambda: dict(past_values=torch.randn(2, 32, 3, generator=_gen(4))),
                  dict(num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, d_model=32, ffn_dim=64,
