@@ -152,7 +152,7 @@ PLAIN_CAUSAL = [
 ]
 PLAIN_MASKED = [
     "Roberta", "DistilBert", "DebertaV2", "Deberta", "Electra", "Albert", "XLMRoberta", "ModernBert", "MPNet",
-    "Camembert", "ConvBert", "Ernie", "RoFormer", "MegatronBert", "MobileBert", "SqueezeBert", "Funnel",
+    "Camembert", "ConvBert", "Ernie", "RoFormer", "MegatronBert", "SqueezeBert", "Funnel",
     "Data2VecText", "RobertaPreLayerNorm", "XLMRobertaXL", "RemBert", "Nystromformer", "Yoso", "FNet", "Longformer",
     "BigBird", "EuroBert", "NomicBert", "Esm", "IBert", "LayoutLM", "Mra", "Flaubert", "XLM", "Tapas",
     "JinaEmbeddingsV3", "Ultrabert",
@@ -208,6 +208,8 @@ FAMILIES = {
     **{n: (n, MLM, _masked, {}) for n in PLAIN_MASKED},
     "XLNet": ("XLNet", "XLNetLMHeadModel", lambda: dict(input_ids=_ids()), dict(d_inner=128, d_head=16)),
     "Xmod": ("Xmod", MLM, _masked, dict(post=lambda m: m.set_default_language("en_XX"))),
+    # Its LM head adds hidden_size - embedding_size columns: keep them non-empty.
+    "MobileBert": ("MobileBert", MLM, _masked, dict(embedding_size=32)),
     "Luke": ("Luke", MLM, _masked, dict(entity_vocab_size=64, entity_emb_size=32)),
     "MarkupLM": ("MarkupLM", "AutoModel", _masked, {}),
     "Canine": ("Canine", "AutoModel", _masked, dict(local_transformer_stride=8, num_hash_buckets=64,
