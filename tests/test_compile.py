@@ -305,3 +305,11 @@ def test_host_scalars_are_computed_on_the_host():
         torch.testing.assert_close(got.cpu(), want)
         assert doubled.device.type == "cpu" and doubled.item() == want_doubled.item()
         assert [s.item() for s in steps] == [s.item() for s in ref_steps]
+
+
+def test_graph_without_tensor_inputs():
+    # Only factories: the graph reads no tensor, and its outputs still land on tpu.
+    f = torch.compile(lambda: torch.zeros(3, device="tpu") + torch.arange(3, device="tpu"), backend="tpu")
+    got = f()
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), torch.arange(3).float())

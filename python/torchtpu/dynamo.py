@@ -257,6 +257,9 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     tensor_inputs = [i for i, x in enumerate(example_inputs)
                      if isinstance(x, torch.Tensor) and (x.device.type == "tpu" or placeholders[i] in host.read_by_device)]
     symbolic = _is_symbolic(nodes)
+    # A graph that reads no tensor (it only makes some) still needs one for the dispatcher to
+    # find the device: an empty one, which the program ignores.
+    anchor = not tensor_inputs and not constants[0] and not host.packs and not host.single
     stats = {"graph": None, "frame": frame, "kind": kind, "nodes": 0, "calls": 0, "first_call_seconds": None,
              "specializations": 0}
     _graphs.append(stats)
@@ -266,7 +269,7 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         enc = _Encoder(bindings)
         for i, n in enumerate([placeholders[i] for i in tensor_inputs] + constants[0]):
             enc.index[n] = ("ref", i)
-        enc.num_inputs = len(tensor_inputs) + len(constants[0])
+        enc.num_inputs = len(tensor_inputs) + len(constants[0]) + anchor
         host.encode_inputs(enc)
         for node in nodes:
             if node.op == "call_function" and node not in host.computed:
@@ -307,6 +310,8 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         graph_id, plan, host_copies, has_outputs, bindings = static or _lookup(by_sizes, placeholders, args, specialize)
         env = host.run_before(args, bindings)
         tensors = [*(args[i] for i in tensor_inputs), *constants[1], *host.device_inputs(env)]
+        if anchor:
+            tensors.append(torch.empty(0, device="tpu"))
         if mutated:
             results = torch.ops.torchtpu.run_graph_(graph_id, [args[i] for i in mutated], tensors)
         else:
