@@ -152,6 +152,20 @@ fn one_minus(cx: &mut Cx, x: Value) -> Value {
     cx.sub(one, x)
 }
 
+/// g * (1 - s) * s: a gradient through a sigmoid whose output is s (in RNN.cu's order).
+fn through_sigmoid(cx: &mut Cx, g: Value, s: Value) -> Value {
+    let d = one_minus(cx, s);
+    let g = cx.mul(g, d);
+    cx.mul(g, s)
+}
+
+/// g * (1 - t * t): a gradient through a tanh whose output is t.
+fn through_tanh(cx: &mut Cx, g: Value, t: Value) -> Value {
+    let t2 = cx.mul(t, t);
+    let d = one_minus(cx, t2);
+    cx.mul(g, d)
+}
+
 /// The bias gradient: the gate gradients (as returned, in their dtype) summed over the batch.
 fn bias_grad(cx: &mut Cx, grad_gates: Value) -> Value {
     let dt = cx.dtype(grad_gates);
@@ -292,27 +306,17 @@ fn fused_lstm_cell_backward_impl(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // As RNN.cu's lstm_cell_backward.
     let t = cx.tanh(c1);
     let gog = cx.mul(go, t);
-    let t2 = cx.mul(t, t);
-    let dt2 = one_minus(cx, t2);
     let gcx = cx.mul(go, og);
-    let gcx = cx.mul(gcx, dt2);
+    let gcx = through_tanh(cx, gcx, t);
     let gcx = cx.add(gcx, goc);
     let gig = cx.mul(gcx, cg);
     let gfg = cx.mul(gcx, c0);
     let gcg = cx.mul(gcx, ig);
     let grad_cx = cx.mul(gcx, fg);
-    let d = one_minus(cx, ig);
-    let gig = cx.mul(gig, d);
-    let gig = cx.mul(gig, ig);
-    let d = one_minus(cx, fg);
-    let gfg = cx.mul(gfg, d);
-    let gfg = cx.mul(gfg, fg);
-    let c2 = cx.mul(cg, cg);
-    let d = one_minus(cx, c2);
-    let gcg = cx.mul(gcg, d);
-    let d = one_minus(cx, og);
-    let gog = cx.mul(gog, d);
-    let gog = cx.mul(gog, og);
+    let gig = through_sigmoid(cx, gig, ig);
+    let gfg = through_sigmoid(cx, gfg, fg);
+    let gcg = through_tanh(cx, gcg, cg);
+    let gog = through_sigmoid(cx, gog, og);
     let grad_gates = stack_gates(cx, &[gig, gfg, gcg, gog], dt);
     let grad_cx = cx.cast(grad_cx, dt);
     let grad_bias = if has_bias { bias_grad(cx, grad_gates) } else { cx.full(0.0, dt, &[0]) };
@@ -379,19 +383,14 @@ fn fused_gru_cell_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // As RNN.cu's gru_cell_backward.
     let d = cx.sub(hx, ng);
     let gig = cx.mul(go, d);
-    let oz = one_minus(cx, zg);
-    let gig = cx.mul(gig, oz);
-    let gig = cx.mul(gig, zg);
+    let gig = through_sigmoid(cx, gig, zg);
     let ghx = cx.mul(go, zg);
+    let oz = one_minus(cx, zg);
     let gin = cx.mul(go, oz);
-    let n2 = cx.mul(ng, ng);
-    let dn = one_minus(cx, n2);
-    let gin = cx.mul(gin, dn);
+    let gin = through_tanh(cx, gin, ng);
     let ghn = cx.mul(gin, rg);
     let grg = cx.mul(gin, hn);
-    let or = one_minus(cx, rg);
-    let grg = cx.mul(grg, or);
-    let grg = cx.mul(grg, rg);
+    let grg = through_sigmoid(cx, grg, rg);
     let grad_in = stack_gates(cx, &[grg, gig, gin], dt);
     let grad_hid = stack_gates(cx, &[grg, gig, ghn], dt);
     let grad_hx = cx.cast(ghx, dt);
