@@ -368,8 +368,8 @@ class _HostPart:
         feeds = [a for a in self.read_by_device if a in self.computed]
         if any(not isinstance(a.meta.get("val"), torch.Tensor) for a in feeds):
             # A device op reads a whole list the host made: keep everything on the device.
-            self.before, self.after, self.computed, self.read_by_device, feeds = [], [], set(), [], []
-            self.read_by_device = [p for p in self.index]
+            self.before, self.after, self.computed, feeds = [], [], set(), []
+            self.read_by_device = list(self.index)
         self.packs = {}
         self.single = []
         for a in feeds:
