@@ -837,7 +837,6 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   using at::Tensor;
   using at::Scalar;
   using at::IntArrayRef;
-  using at::DimnameList;
   using at::ScalarType;
   AT_FORALL_LOWER_PRECISION_FP(TT_AUTOCAST_LOWER)
   AT_FORALL_FP32(TT_AUTOCAST_FP32)
