@@ -114,6 +114,13 @@ fn platform() -> PyResult<(String, String, String, String)> {
     Ok((rt.client.platform_name().to_string(), rt.client.platform_version().to_string(), kind, rt.identity.clone()))
 }
 
+/// (major, minor) of the PJRT C API the plugin was built with (for `python -m torchtpu`).
+#[pyfunction]
+fn pjrt_api_version() -> PyResult<(i32, i32)> {
+    let rt = engine::runtime::runtime().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    Ok(rt.client.plugin().api_version())
+}
+
 /// Sets the default generator of `device` to (seed, offset).
 #[pyfunction]
 fn set_rng(device: i32, seed: u64, offset: u64) {
@@ -232,6 +239,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(platform, m)?)?;
+    m.add_function(wrap_pyfunction!(pjrt_api_version, m)?)?;
     m.add_function(wrap_pyfunction!(set_rng, m)?)?;
     m.add_function(wrap_pyfunction!(get_rng, m)?)?;
     m.add_function(wrap_pyfunction!(live_buffers, m)?)?;
