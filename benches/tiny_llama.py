@@ -93,7 +93,7 @@ def run(device, steps, compile_backend=None, seed=0):
     if compile_backend:
         compiled = torch.compile(loss_fn, backend=compile_backend)
         fwd_bwd = compiled
-    losses, times = [], []
+    losses, times, grads = [], [], None
     for _ in range(steps):
         t0 = time.perf_counter()
         opt.zero_grad()
@@ -102,9 +102,11 @@ def run(device, steps, compile_backend=None, seed=0):
         opt.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - t0)
+        if grads is None:  # step 0's gradients (same weights, same batch everywhere), outside the timing
+            grads = [p.grad.detach().cpu().clone() for p in model.parameters()]
     steady = times[1:] or times
     tok_s = inp.numel() / (sum(steady) / len(steady))
-    return losses, tok_s, times[0]
+    return losses, tok_s, times[0], grads
 
 
 def main():
@@ -116,7 +118,7 @@ def main():
     torch.set_num_threads(1)
     if a.warm_child:
         # A second process: its compiles load from the persistent cache the first one filled.
-        _, tok_s, first = run("tpu", 2, "tpu")
+        _, tok_s, first, _ = run("tpu", 2, "tpu")
         print(f"{first:.3f} {torch.tpu.compile_stats()['disk_hits']}")
         return
     rows = [("torch CPU eager", *run("cpu", a.steps))]
@@ -127,11 +129,22 @@ def main():
     base = rows[0][2]
     print(f"platform: {torch.tpu.get_device_name()}; steps: {a.steps}")
     print(f"{'run':<22}{'tok/s':>10}{'vs CPU':>9}{'first step s':>14}{'final loss':>12}")
-    for name, losses, tok_s, first in rows:
+    for name, losses, tok_s, first, _ in rows:
         print(f"{name:<22}{tok_s:>10.0f}{tok_s / base:>8.2f}x{first:>14.2f}{losses[-1]:>12.4f}")
-    ref = rows[0][1]
-    worst = max(abs(x - y) for _, losses, _, _ in rows for x, y in zip(losses, ref))
-    print(f"largest loss difference to CPU eager: {worst:.2e}")
+    # What is compared is step 0: the same weights and batch everywhere, so the loss and every
+    # gradient agree to float32 rounding. After that AdamW divides each gradient by its own
+    # running RMS, which turns rounding-sized differences in small gradients into step-sized
+    # ones: the final losses drift apart by an amount that depends on the CPU's vector width and
+    # the reduction order, not on correctness (information only).
+    ref_losses, ref_grads = rows[0][1], rows[0][4]
+    loss0 = max(abs(r[1][0] - ref_losses[0]) / abs(ref_losses[0]) for r in rows)
+    grad0 = max((g - c).abs().max().item() / max(c.abs().max().item(), 1e-30)
+                for r in rows for g, c in zip(r[4], ref_grads))
+    same = loss0 <= 1e-5 and grad0 <= 1e-4
+    print(f"step 0 against CPU eager: loss {loss0:.1e}, gradients {grad0:.1e} (largest relative differences): "
+          + ("same" if same else "DIFFERENT"))
+    final = max(abs(r[1][-1] - ref_losses[-1]) for r in rows)
+    print(f"final loss after {a.steps} AdamW steps differs from CPU eager by {final:.1e} (rounding that AdamW amplifies)")
     import subprocess
     import sys
 
