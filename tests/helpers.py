@@ -119,3 +119,30 @@ def check_grads(fn, *inputs, needs=None, atol=None, rtol=None, grad_out=None):
         if n:
             assert d.grad is not None, "no gradient reached a tpu input"
             torch.testing.assert_close(d.grad.cpu(), c.grad, equal_nan=True, **tol)
+
+
+def greedy(model, inputs, max_new_tokens, **kwargs):
+    """CPU's greedy generation with the scores it chose each token by, for assert_same_greedy."""
+    return model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0,
+                          output_scores=True, return_dict_in_generate=True, **kwargs)
+
+
+def assert_same_greedy(got, ref, tie=1e-4):
+    """Token ids generated on tpu are CPU's greedy generation `ref` (from greedy()), except at a
+    near tie: where they first differ, CPU's score for tpu's token must be within `tie` (the
+    tolerance logits are compared to) of CPU's best, a choice float rounding may make either way
+    on any machine; the continuations after it are not compared."""
+    got, seqs = got.cpu(), ref.sequences
+    start = seqs.shape[1] - len(ref.scores)
+    n = min(got.shape[1], seqs.shape[1])
+    for b in range(seqs.shape[0]):
+        diff = (got[b, :n] != seqs[b, :n]).nonzero()
+        if len(diff) == 0:
+            assert got.shape[1] == seqs.shape[1] or got[b, n:].eq(0).all() and seqs[b, n:].eq(0).all(), (got, seqs)
+            continue
+        j = diff[0].item()
+        assert j >= start, f"row {b}: the prompt differs at {j}"
+        scores = ref.scores[j - start][b]
+        lag = (scores.max() - scores[got[b, j]]).item()
+        assert lag <= tie, (f"row {b}, generated token {j - start}: tpu chose {got[b, j].item()}, CPU "
+                            f"{seqs[b, j].item()}, {lag:.2e} below it (not a near tie)\n{got}\n{seqs}")

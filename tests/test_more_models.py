@@ -1,13 +1,14 @@
 """Hugging Face model families beyond test_models.py's fourteen, each built from a tiny config
 with random weights (no hub download): on "tpu", with the CPU fallback off, a forward in eval
 mode gives every output tensor CPU gives (float32, 1e-4), and causal LMs greedily generate
-CPU's 8 tokens. Families are listed by the aten ops they bring (weight norm, depthwise and
-transposed convs, pixel shuffle, FFT, state-space scans, MoE routing, mRoPE, ...)."""
+CPU's 8 tokens (up to a near tie, which rounding may break either way). Families are listed by
+the aten ops they bring (weight norm, depthwise and transposed convs, pixel shuffle, FFT,
+state-space scans, MoE routing, mRoPE, ...)."""
 import copy
 
 import pytest
 import torch
-from helpers import TPU
+from helpers import TPU, assert_same_greedy, greedy
 
 transformers = pytest.importorskip("transformers")
 
@@ -508,6 +509,6 @@ def test_family_matches_cpu(name):
         torch.testing.assert_close(got[k].cpu(), r, atol=1e-4, rtol=1e-4, msg=lambda m: f"{k}: {m}")
     if FAMILIES[name][3].get("causal"):
         with torch.no_grad():
-            ref_gen = model.generate(**x, max_new_tokens=8, do_sample=False, pad_token_id=0)
+            ref_gen = greedy(model, x, 8)
             gen = dev.generate(**xd, max_new_tokens=8, do_sample=False, pad_token_id=0)
-        assert torch.equal(gen.cpu(), ref_gen)
+        assert_same_greedy(gen, ref_gen)
