@@ -114,6 +114,22 @@ bool tt_route_family(const char* qualified_name);
 int32_t tt_device_count(void);
 void tt_synchronize(int32_t device);
 
+// A device's memory statistics (torch.tpu.memory_stats, torch.accelerator.memory_stats): each
+// quantity's current value, peak, total increase and total decrease since the last reset.
+typedef struct TtStat {
+  int64_t current, peak, allocated, freed;
+} TtStat;
+typedef struct TtMemoryStats {
+  TtStat buffers;   // live device buffers (one per storage that holds data)
+  TtStat bytes;     // their bytes
+  TtStat reserved;  // bytes the plugin's allocator holds, free or not
+} TtMemoryStats;
+void tt_memory_stats(int32_t device, TtMemoryStats* out);
+void tt_memory_reset(int32_t device, bool peak, bool accumulated);
+// (free, total) bytes of the device's memory; fails where the plugin does not say.
+const TtResult* tt_memory_info(int32_t device, int64_t* free_bytes, int64_t* total_bytes);
+bool tt_is_initialized(void);
+
 #ifdef __cplusplus
 }
 #endif

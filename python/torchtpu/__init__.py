@@ -19,7 +19,9 @@ except (RuntimeError, ValueError) as e:  # reported at first use, not at `import
     PLATFORM, PLUGIN_PATH, _OPTIONS = None, None, []
     _platform_error = e
 
-from . import _C  # noqa: E402  (loading it registers the device's kernels)
+from . import _extension  # noqa: E402
+
+_C = _extension.load()  # checks the torch version, then registers the device's kernels
 
 if PLUGIN_PATH:
     _C.configure(PLUGIN_PATH, _OPTIONS)

@@ -105,12 +105,6 @@ def get_device_name(device=None):
     return kind or platform
 
 
-def get_device_properties(device=None):
-    _lazy_init()
-    platform, version, kind, identity = _C.platform()
-    return {"name": get_device_name(device), "platform": platform, "platform_version": version, "plugin": identity}
-
-
 def manual_seed(seed):
     _C.set_rng(_index(None), int(seed) & 0xFFFF_FFFF_FFFF_FFFF, 0)
 
@@ -254,27 +248,58 @@ def is_bf16_supported(including_emulation=True):
     return True
 
 
+def memory_stats(device=None):
+    """torch.cuda.memory_stats for tpu, with CUDA's key names where they apply: "allocation"
+    and "active" count live device buffers, "allocated_bytes", "active_bytes" and
+    "requested_bytes" their bytes, "reserved_bytes" what the plugin's allocator holds (its pool
+    on GPU and TPU; the live bytes on the CPU plugin, which allocates each buffer on its own).
+    Each as .all.{current,peak,allocated,freed}; torchtpu has no small and large pools."""
+    buffers, nbytes, reserved = _C.memory_stats(_index(device))
+    stats = {}
+    for name, values in (("allocation", buffers), ("active", buffers), ("allocated_bytes", nbytes),
+                         ("active_bytes", nbytes), ("requested_bytes", nbytes), ("reserved_bytes", reserved)):
+        for metric, value in zip(("current", "peak", "allocated", "freed"), values):
+            stats[f"{name}.all.{metric}"] = value
+    return dict(sorted(stats.items()))
+
+
 def memory_allocated(device=None):
-    """Bytes held by live tensors' device buffers."""
-    return _C.live_bytes()
+    """Bytes held by live tensors' device buffers on the device."""
+    return _C.memory_stats(_index(device))[1][0]
+
+
+def max_memory_allocated(device=None):
+    """The most bytes held by live device buffers on the device since the start or the last
+    reset_peak_memory_stats."""
+    return _C.memory_stats(_index(device))[1][1]
+
+
+def memory_reserved(device=None):
+    """Bytes the plugin's allocator holds for the device, in use or not (see memory_stats)."""
+    return _C.memory_stats(_index(device))[2][0]
+
+
+def max_memory_reserved(device=None):
+    return _C.memory_stats(_index(device))[2][1]
+
+
+def reset_peak_memory_stats(device=None):
+    _C.memory_reset(_index(device), True, False)
+
+
+def reset_accumulated_memory_stats(device=None):
+    _C.memory_reset(_index(device), False, True)
+
+
+def reset_max_memory_allocated(device=None):
+    reset_peak_memory_stats(device)
 
 
 def mem_get_info(device=None):
     """(free bytes, total bytes) of the device's memory: from the plugin's allocator where it
     reports a limit (GPU, TPU); on the CPU plugin the device memory is the host's RAM."""
-    stats = _C.device_memory(_index(device))
-    if stats is not None and stats[1] is not None:
-        in_use, limit = stats
-        return limit - in_use, limit
-    platform = _C.platform()[0]
-    if platform == "cpu":
-        info = {}
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, value = line.split(":", 1)
-                info[key] = int(value.split()[0]) * 1024
-        return info["MemAvailable"], info["MemTotal"]
-    raise RuntimeError(f"torchtpu: the {platform} plugin does not report its memory")
+    _lazy_init()
+    return _C.memory_info(_index(device))
 
 
 def empty_cache():
@@ -282,14 +307,33 @@ def empty_cache():
     allocator may keep the memory pooled for reuse, as PJRT's GPU allocator does)."""
 
 
-def max_memory_allocated(device=None):
-    """The most bytes held by live device buffers since the start or the last
-    reset_peak_memory_stats (all devices together)."""
-    return _C.peak_bytes()
+class _DeviceProperties:
+    """What torch.tpu.get_device_properties returns, shaped like CUDA's device properties."""
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __repr__(self):
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        return f"_TpuDeviceProperties({inner})"
 
 
-def reset_peak_memory_stats(device=None):
-    _C.reset_peak_bytes()
+def get_device_properties(device=None):
+    _lazy_init()
+    index = _index(device)
+    if not 0 <= index < device_count():
+        raise AssertionError("Invalid device id")
+    platform, version, kind, identity = _C.platform()
+    return _DeviceProperties(
+        name=get_device_name(index),
+        type="tpu",
+        index=index,
+        total_memory=mem_get_info(index)[1],
+        platform=platform,
+        platform_version=version,
+        device_kind=kind,
+        plugin=identity,
+    )
 
 
 def live_buffers():

@@ -6,15 +6,11 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-static LIVE_BUFFERS: AtomicI64 = AtomicI64::new(0);
-static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
-/// The most LIVE_BYTES reached since the start or the last reset_peak_bytes.
-static PEAK_BYTES: AtomicI64 = AtomicI64::new(0);
-
-/// A device buffer counted in the live-buffer statistics.
+/// A device buffer counted in its device's memory statistics (memory.rs).
 pub struct DevBuf {
     pub buf: pjrt::Buffer,
     bytes: i64,
+    device: i32,
 }
 
 /// Buffers whose computation may still be running, for `synchronize` (weak: a freed buffer
@@ -27,11 +23,9 @@ struct Pending {
 static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at: 1024 });
 
 impl DevBuf {
-    pub fn new(buf: pjrt::Buffer, bytes: i64) -> Arc<DevBuf> {
-        LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-        let live = LIVE_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
-        let b = Arc::new(DevBuf { buf, bytes });
+    pub fn new(buf: pjrt::Buffer, bytes: i64, device: i32) -> Arc<DevBuf> {
+        crate::memory::on_alloc(device, bytes);
+        let b = Arc::new(DevBuf { buf, bytes, device });
         let mut p = PENDING.lock().unwrap();
         if p.bufs.len() >= p.prune_at {
             p.bufs.retain(|w| w.upgrade().is_some_and(|b| b.buf.ready_event().is_ok_and(|e| !e.is_ready())));
@@ -131,26 +125,8 @@ impl Marker {
 
 impl Drop for DevBuf {
     fn drop(&mut self) {
-        LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+        crate::memory::on_free(self.device, self.bytes);
     }
-}
-
-pub fn live_buffers() -> i64 {
-    LIVE_BUFFERS.load(Ordering::Relaxed)
-}
-
-pub fn live_bytes() -> i64 {
-    LIVE_BYTES.load(Ordering::Relaxed)
-}
-
-pub fn peak_bytes() -> i64 {
-    PEAK_BYTES.load(Ordering::Relaxed)
-}
-
-/// Starts a new peak from the bytes live now (torch.tpu.reset_peak_memory_stats).
-pub fn reset_peak_bytes() {
-    PEAK_BYTES.store(LIVE_BYTES.load(Ordering::Relaxed), Ordering::Relaxed);
 }
 
 #[derive(Clone)]

@@ -847,7 +847,7 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
         match spec {
             OutSpec::New { dtype, dims } => {
                 let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                let stored = Stored { buf: DevBuf::new(buf, nbytes), dtype: *dtype, dims: dims.clone() };
+                let stored = Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() };
                 let cell = Cell::new(nbytes, device, Some(stored));
                 made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: dims.clone() }));
             }
@@ -859,7 +859,7 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                     unsafe { cell.set(None) };
                 }
                 let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                unsafe { cell.set(Some(Stored { buf: DevBuf::new(buf, nbytes), dtype: *dtype, dims: dims.clone() })) };
+                unsafe { cell.set(Some(Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() })) };
                 made.push(None);
             }
         }

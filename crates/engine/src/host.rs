@@ -137,7 +137,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
         // The whole storage: upload straight into a new buffer.
         let rt = runtime()?;
         let buf = rt.client.buffer_from_host(src, element_type(dtype), t.sizes(), None, rt.device(cell.device)?)?;
-        let stored = Stored { buf: DevBuf::new(buf, src.len() as i64), dtype, dims: t.sizes().to_vec() };
+        let stored = Stored { buf: DevBuf::new(buf, src.len() as i64, cell.device), dtype, dims: t.sizes().to_vec() };
         dispatch::locked(|| unsafe { cell.set(Some(stored)) });
         return Ok(());
     }
@@ -186,7 +186,7 @@ pub fn set_cell_bytes(cell: &Cell, dtype: Option<DType>, bytes: &[u8]) -> Result
     let n = bytes.len() / dtype.size();
     let rt = runtime()?;
     let buf = rt.client.buffer_from_host(&bytes[..n * dtype.size()], element_type(dtype), &[n as i64], None, rt.device(cell.device)?)?;
-    let stored = Stored { buf: DevBuf::new(buf, (n * dtype.size()) as i64), dtype, dims: vec![n as i64] };
+    let stored = Stored { buf: DevBuf::new(buf, (n * dtype.size()) as i64, cell.device), dtype, dims: vec![n as i64] };
     dispatch::locked(|| unsafe { cell.set(Some(stored)) });
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod checks;
 pub mod dispatch;
 pub mod disk_cache;
 pub mod host;
+pub mod memory;
 pub mod runtime;
 pub mod view;
 

@@ -330,6 +330,9 @@ pub struct MemoryStats {
     pub bytes_in_use: i64,
     pub peak_bytes_in_use: Option<i64>,
     pub bytes_limit: Option<i64>,
+    /// What the allocator holds from the device (its pool), free or not, and its peak.
+    pub pool_bytes: Option<i64>,
+    pub peak_pool_bytes: Option<i64>,
 }
 
 impl Device {
@@ -372,6 +375,8 @@ impl Device {
                 bytes_in_use: a.bytes_in_use,
                 peak_bytes_in_use: a.peak_bytes_in_use_is_set.then_some(a.peak_bytes_in_use),
                 bytes_limit: a.bytes_limit_is_set.then_some(a.bytes_limit),
+                pool_bytes: a.pool_bytes_is_set.then_some(a.pool_bytes),
+                peak_pool_bytes: a.peak_pool_bytes_is_set.then_some(a.peak_pool_bytes),
             })),
             Err(e) if e.code == code::UNIMPLEMENTED => Ok(None),
             Err(e) => Err(e),

@@ -193,6 +193,64 @@ pub extern "C" fn tt_device_count() -> i32 {
     catch_unwind(engine::device_count).unwrap_or(0)
 }
 
+/// Mirrors TtStat / TtMemoryStats in csrc/abi.h.
+#[repr(C)]
+pub struct TtStat {
+    current: i64,
+    peak: i64,
+    allocated: i64,
+    freed: i64,
+}
+
+impl From<engine::memory::Stat> for TtStat {
+    fn from(s: engine::memory::Stat) -> TtStat {
+        TtStat { current: s.current, peak: s.peak, allocated: s.allocated, freed: s.freed }
+    }
+}
+
+#[repr(C)]
+pub struct TtMemoryStats {
+    buffers: TtStat,
+    bytes: TtStat,
+    reserved: TtStat,
+}
+
+#[no_mangle]
+pub extern "C" fn tt_memory_stats(device: i32, out: *mut TtMemoryStats) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let (buffers, bytes) = engine::memory::stats(device);
+        let reserved = engine::memory::reserved(device);
+        unsafe { *out = TtMemoryStats { buffers: buffers.into(), bytes: bytes.into(), reserved: reserved.into() } };
+    }));
+}
+
+#[no_mangle]
+pub extern "C" fn tt_memory_reset(device: i32, peak: bool, accumulated: bool) {
+    if peak {
+        engine::memory::reset_peak(device);
+    }
+    if accumulated {
+        engine::memory::reset_accumulated(device);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tt_memory_info(device: i32, free_bytes: *mut i64, total_bytes: *mut i64) -> *const TtResult {
+    respond(|| {
+        let (free, total) = engine::memory::info(device)?;
+        unsafe {
+            *free_bytes = free;
+            *total_bytes = total;
+        }
+        done()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_is_initialized() -> bool {
+    engine::runtime::is_initialized()
+}
+
 #[no_mangle]
 pub extern "C" fn tt_synchronize(_device: i32) {
     // Reads wait for their producers; nothing is queued outside PJRT.

@@ -7,6 +7,7 @@ use lowerings::graph::{GArg, Graph, Node};
 use pyo3::types::PyDict;
 
 extern "C" {
+    fn tt_register_device();
     fn tt_generator_set(device: i32, seed: u64, offset: u64);
     fn tt_generator_get(device: i32, seed: *mut u64, offset: *mut u64);
 }
@@ -61,13 +62,35 @@ fn pjrt_error(e: pjrt::Error) -> PyErr {
     pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message))
 }
 
-/// The plugin's allocator statistics for a device: (bytes in use, bytes limit or None), or
-/// None where the plugin reports none (the CPU plugin).
+type StatTuple = (i64, i64, i64, i64);
+
+fn stat_tuple(s: engine::memory::Stat) -> StatTuple {
+    (s.current, s.peak, s.allocated, s.freed)
+}
+
+/// A device's memory statistics: (buffers, bytes, reserved bytes), each as (current, peak,
+/// allocated, freed).
 #[pyfunction]
-fn device_memory(device: i32) -> PyResult<Option<(i64, Option<i64>)>> {
-    let rt = engine::runtime::runtime().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
-    let d = rt.device(device).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
-    Ok(d.memory_stats().map_err(pjrt_error)?.map(|s| (s.bytes_in_use, s.bytes_limit)))
+fn memory_stats(device: i32) -> (StatTuple, StatTuple, StatTuple) {
+    let (buffers, bytes) = engine::memory::stats(device);
+    (stat_tuple(buffers), stat_tuple(bytes), stat_tuple(engine::memory::reserved(device)))
+}
+
+/// Starts new peaks and/or zeroes the allocated and freed totals of a device.
+#[pyfunction]
+fn memory_reset(device: i32, peak: bool, accumulated: bool) {
+    if peak {
+        engine::memory::reset_peak(device);
+    }
+    if accumulated {
+        engine::memory::reset_accumulated(device);
+    }
+}
+
+/// (free bytes, total bytes) of a device's memory.
+#[pyfunction]
+fn memory_info(device: i32) -> PyResult<(i64, i64)> {
+    engine::memory::info(device).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
 /// A recorded point in the device's work, for torch.tpu.Event.
@@ -137,22 +160,7 @@ fn get_rng(device: i32) -> (u64, u64) {
 
 #[pyfunction]
 fn live_buffers() -> i64 {
-    engine::cell::live_buffers()
-}
-
-#[pyfunction]
-fn live_bytes() -> i64 {
-    engine::cell::live_bytes()
-}
-
-#[pyfunction]
-fn peak_bytes() -> i64 {
-    engine::cell::peak_bytes()
-}
-
-#[pyfunction]
-fn reset_peak_bytes() {
-    engine::cell::reset_peak_bytes()
+    engine::memory::live_buffers()
 }
 
 #[pyfunction]
@@ -227,9 +235,21 @@ fn register_graph(
     Ok(lowerings::graph::register_graph(Graph { num_inputs, nodes, outputs, mutated }))
 }
 
+/// The torch this extension was built for, with a prefix that Python finds by scanning the
+/// library file when the library cannot even load into the running torch (missing symbols).
+#[used]
+static BUILT_FOR_TORCH: &str = concat!("torchtpu-built-for-torch=", env!("TORCHTPU_BUILT_WITH_TORCH"), "\0");
+
 #[pyfunction]
 fn built_with_torch() -> &'static str {
     env!("TORCHTPU_BUILT_WITH_TORCH")
+}
+
+/// Registers the device with PyTorch (allocator, guard, hooks, kernels); called once Python
+/// has checked that the running torch is the one this extension was built for.
+#[pyfunction]
+fn register_device() {
+    unsafe { tt_register_device() }
 }
 
 #[pymodule]
@@ -243,15 +263,15 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_rng, m)?)?;
     m.add_function(wrap_pyfunction!(get_rng, m)?)?;
     m.add_function(wrap_pyfunction!(live_buffers, m)?)?;
-    m.add_function(wrap_pyfunction!(live_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(peak_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(reset_peak_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_reset, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_info, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
+    m.add_function(wrap_pyfunction!(register_device, m)?)?;
     m.add_function(wrap_pyfunction!(register_graph, m)?)?;
     m.add_class::<Marker>()?;
-    m.add_function(wrap_pyfunction!(device_memory, m)?)?;
     Ok(())
 }
