@@ -93,8 +93,12 @@ int32_t tt_op_register(const char* name, const char* overload, const char* arg_n
                        int32_t nargs, uint64_t write_mask);
 const TtResult* tt_op_call(int32_t op, const TtArg* args, size_t nargs);
 
-// Storage cells.
+// Storage cells. A tpu storage's DataPtr holds its cell as the context and, as the data
+// pointer, an address of the cell's own range in a reserved region that faults on any access.
 void* tt_cell_new(int64_t nbytes, int32_t device);
+void* tt_cell_address(void* cell);      // null: too large for the region
+void* tt_cell_at(const void* address);  // the cell of a data pointer; null if none
+void tt_address_region(size_t* base, size_t* len);
 void tt_cell_release(void* cell);
 const TtResult* tt_cell_resize(void* cell, int64_t nbytes);
 const TtResult* tt_cell_copy_bytes(void* dst, const void* src, int64_t nbytes);

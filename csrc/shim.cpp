@@ -17,6 +17,9 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -88,6 +91,33 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
 void release_cell(void* cell) { tt_cell_release(cell); }
 
+// A storage's data pointer is an address that faults on access (abi.h); its cell is the context.
+void* cell_of(const c10::Storage& storage) { return storage.data_ptr().get_context(); }
+
+c10::DataPtr cell_data_ptr(void* cell, c10::Device device) {
+  void* address = tt_cell_address(cell);
+  if (!address) {
+    tt_cell_release(cell);
+    throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
+                                "tpu out of memory: the storage is larger than the device address space");
+  }
+  return {address, cell, &release_cell, device};
+}
+
+// Grows a storage's cell; growing past its address range moves it to a new address.
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  void* cell = cell_of(storage);
+  check(tt_cell_resize(cell, (int64_t)nbytes));
+  auto* impl = storage.unsafeGetStorageImpl();
+  void* address = tt_cell_address(cell);
+  TORCH_CHECK_WITH(OutOfMemoryError, address, "tpu out of memory: the storage is larger than the device address space");
+  if (address != storage.data_ptr().get()) {
+    c10::DataPtr old = impl->set_data_ptr(c10::DataPtr(address, cell, &release_cell, storage.device()));
+    (void)old.release_context();  // the cell now belongs to the new DataPtr
+  }
+  impl->set_nbytes(nbytes);
+}
+
 void copy_stat(const TtStat& from, c10::CachingAllocator::Stat& to) {
   to.current = from.current;
   to.peak = from.peak;
@@ -98,12 +128,15 @@ void copy_stat(const TtStat& from, c10::CachingAllocator::Stat& to) {
 struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto device = c10::Device(kTpu, current_device);
-    void* cell = tt_cell_new((int64_t)nbytes, current_device);
-    return {cell, cell, &release_cell, device};
+    return cell_data_ptr(tt_cell_new((int64_t)nbytes, current_device), device);
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &release_cell; }
+  // raw_allocate/raw_deallocate hand out bare data pointers, which cannot carry the cell.
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    check(tt_cell_copy_bytes(dest, src, (int64_t)count));
+    void* d = tt_cell_at(dest);
+    void* s = tt_cell_at(src);
+    TORCH_CHECK(d && s, "torchtpu: copy_data between pointers that are not tpu storages");
+    check(tt_cell_copy_bytes(d, s, (int64_t)count));
   }
   bool initialized() override { return tt_is_initialized(); }
   void emptyCache(c10::MempoolId_t) override {}
@@ -221,8 +254,7 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isPinnedPtr(const void*) const override { return false; }
   c10::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
-    check(tt_cell_resize(storage.data_ptr().get(), (int64_t)nbytes));
-    storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
+    resize_storage_bytes(storage, nbytes);
   }
 };
 
@@ -232,7 +264,7 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
 at::Tensor wrap_cell(void* cell, at::ScalarType dtype, c10::IntArrayRef sizes, c10::DeviceIndex device) {
   int64_t numel = c10::multiply_integers(sizes);
   size_t nbytes = (size_t)numel * c10::elementSize(dtype);
-  c10::DataPtr data(cell, cell, &release_cell, c10::Device(kTpu, device));
+  c10::DataPtr data = cell_data_ptr(cell, c10::Device(kTpu, device));
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data), &allocator, true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -277,7 +309,7 @@ TtArg encode_tensor(CallFrame& f, const at::Tensor& t_in) {
   e.strides = t.strides().data();
   e.offset = t.storage_offset();
   if (t.device().type() == kTpu) {
-    e.cell = t.storage().data_ptr().get();
+    e.cell = cell_of(t.storage());
     if (f.device < 0) f.device = t.device().index();
   } else {
     TORCH_CHECK(t.device().is_cpu(), "torchtpu: cannot mix device ", t.device(), " with tpu tensors");
@@ -694,10 +726,7 @@ at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t ste
 
 void resize_storage_to(const at::Tensor& self, size_t nbytes) {
   auto storage = self.storage();
-  if (nbytes > storage.nbytes()) {
-    check(tt_cell_resize(storage.data_ptr().get(), (int64_t)nbytes));
-    storage.unsafeGetStorageImpl()->set_nbytes(nbytes);
-  }
+  if (nbytes > storage.nbytes()) resize_storage_bytes(storage, nbytes);
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> format) {
@@ -756,7 +785,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 TtTensor describe(const at::Tensor& t) {
   TtTensor e{};
-  e.cell = t.storage().data_ptr().get();
+  e.cell = cell_of(t.storage());
   e.sizes = t.sizes().data();
   e.strides = t.strides().data();
   e.offset = t.storage_offset();
@@ -927,6 +956,37 @@ void impl_aten(torch::Library& m) {
   }
 }
 
+// ---- faults at tpu addresses --------------------------------------------------------------
+// A kernel that reads or writes a tpu tensor's data pointer as host memory faults in the
+// reserved region (abi.h). Say so, then hand the fault to the handler installed before ours
+// (Python's faulthandler prints the Python stack) or to the default action: returning re-runs
+// the faulting access, which faults again into that handler.
+
+struct sigaction previous_segv, previous_bus;
+size_t region_base = 0, region_len = 0;
+
+void on_fault(int sig, siginfo_t* info, void*) {
+  auto address = reinterpret_cast<size_t>(info->si_addr);
+  if (region_len && address - region_base < region_len) {
+    static const char message[] =
+        "\ntorchtpu: a kernel read or wrote the data of a tpu tensor as host memory (the address is a "
+        "tpu device address; tpu tensors have no host memory). The op needs a tpu kernel: report it, "
+        "or move its inputs to the CPU to run it there.\n";
+    (void)!write(2, message, sizeof message - 1);
+  }
+  sigaction(sig, sig == SIGBUS ? &previous_bus : &previous_segv, nullptr);
+}
+
+void install_fault_handler() {
+  tt_address_region(&region_base, &region_len);
+  struct sigaction action {};
+  action.sa_sigaction = on_fault;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGSEGV, &action, &previous_segv);
+  sigaction(SIGBUS, &action, &previous_bus);
+}
+
 // Registration is explicit, not by static initializers: Python calls tt_register_device()
 // once it has checked that the running torch is the one this shim was built for (a shim
 // loaded into another torch would register with the wrong DispatchKey numbers).
@@ -949,6 +1009,7 @@ extern "C" void tt_register_device() {
   std::call_once(once, [] {
     static c10::impl::DeviceGuardImplRegistrar guard(kTpu, new TpuGuardImpl());
     c10::SetAllocator(kTpu, &allocator);
+    install_fault_handler();
     at::RegisterPrivateUse1HooksInterface(new TpuHooks());
     at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice);
     using K = c10::DispatchKey;

@@ -89,6 +89,12 @@ def test_stats_are_per_device():
 
 
 def test_pin_memory_says_no():
-    # The plugins offer no host-pinned buffers through the C API torchtpu uses: CPU tensors
-    # report not pinned, as on a machine without CUDA.
-    assert not torch.ones(2).is_pinned()
+    # The plugins offer no host-pinned buffers through the C API torchtpu uses: pinning gives
+    # an ordinary CPU tensor that says it is not pinned, and DataLoader(pin_memory=True) works.
+    x = torch.ones(2)
+    assert not x.is_pinned()
+    y = x.pin_memory()
+    assert y.device.type == "cpu" and not y.is_pinned() and torch.equal(x, y)
+    data = torch.utils.data.TensorDataset(torch.arange(8.0).view(4, 2))
+    batches = [b.to(TPU) for (b,) in torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)]
+    assert torch.equal(torch.cat(batches).cpu(), data.tensors[0])

@@ -3,7 +3,7 @@
 //! nothing yet (reads as zeros). Views share the cell; writes swap in a new buffer.
 use lowerings::DType;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// A device buffer counted in its device's memory statistics (memory.rs).
@@ -139,8 +139,19 @@ pub struct Stored {
 pub struct Cell {
     nbytes: AtomicI64,
     pub device: i32,
+    /// The storage's data pointer as PyTorch sees it (address.rs); 0 until first asked for.
+    addr: AtomicUsize,
     // Read and written only while the engine lock is held (see dispatch::ENGINE).
     state: UnsafeCell<Option<Stored>>,
+}
+
+impl Drop for Cell {
+    fn drop(&mut self) {
+        let a = *self.addr.get_mut();
+        if a != 0 {
+            crate::address::release(a);
+        }
+    }
 }
 
 unsafe impl Send for Cell {}
@@ -148,15 +159,44 @@ unsafe impl Sync for Cell {}
 
 impl Cell {
     pub fn new(nbytes: i64, device: i32, state: Option<Stored>) -> *mut Cell {
-        Box::into_raw(Box::new(Cell { nbytes: AtomicI64::new(nbytes), device, state: UnsafeCell::new(state) }))
+        Box::into_raw(Box::new(Cell {
+            nbytes: AtomicI64::new(nbytes),
+            device,
+            addr: AtomicUsize::new(0),
+            state: UnsafeCell::new(state),
+        }))
     }
 
     pub fn nbytes(&self) -> i64 {
         self.nbytes.load(Ordering::Relaxed)
     }
 
+    /// Growing past the address range moves the storage to a new one (see `address`).
     pub fn set_nbytes(&self, n: i64) {
-        self.nbytes.store(n, Ordering::Relaxed)
+        let old = self.nbytes.swap(n, Ordering::Relaxed);
+        if crate::address::capacity(n) > crate::address::capacity(old) {
+            let a = self.addr.swap(0, Ordering::AcqRel);
+            if a != 0 {
+                crate::address::release(a);
+            }
+        }
+    }
+
+    /// The storage's data pointer: an address in the inaccessible region of address.rs that
+    /// maps back to this cell. None when the storage is too large for the region.
+    pub fn address(&self) -> Option<usize> {
+        let a = self.addr.load(Ordering::Acquire);
+        if a != 0 {
+            return Some(a);
+        }
+        let new = crate::address::allocate(self, self.nbytes())?;
+        match self.addr.compare_exchange(0, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Some(new),
+            Err(other) => {
+                crate::address::release(new); // another thread gave it one first
+                Some(other)
+            }
+        }
     }
 
     /// # Safety

@@ -147,6 +147,27 @@ pub extern "C" fn tt_cell_new(nbytes: i64, device: i32) -> *mut c_void {
     Cell::new(nbytes, device, None) as *mut c_void
 }
 
+/// The storage's data pointer (address.rs); null when the storage is too large to have one.
+#[no_mangle]
+pub extern "C" fn tt_cell_address(cell: *mut c_void) -> *mut c_void {
+    catch_unwind(|| unsafe { &*(cell as *const Cell) }.address()).ok().flatten().unwrap_or(0) as *mut c_void
+}
+
+/// The cell behind a data pointer (or an address inside its range); null if none.
+#[no_mangle]
+pub extern "C" fn tt_cell_at(addr: *const c_void) -> *mut c_void {
+    engine::address::cell_at(addr as usize).unwrap_or(std::ptr::null_mut()) as *mut c_void
+}
+
+#[no_mangle]
+pub extern "C" fn tt_address_region(base: *mut usize, len: *mut usize) {
+    let (b, l) = engine::address::region_bounds();
+    unsafe {
+        *base = b;
+        *len = l;
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn tt_cell_release(cell: *mut c_void) {
     if !cell.is_null() {

@@ -1,0 +1,185 @@
+//! Device addresses: the data pointers "tpu" storages show PyTorch. Each storage gets a range of
+//! its own inside one large region of address space that can never be read or written
+//! (PROT_NONE, no memory behind it). A kernel that treats a tpu tensor's data as host memory
+//! (a CPU kernel reached through a device-generic dispatcher entry, a user's extension, ctypes)
+//! faults at once at an address the shim's fault handler recognizes, instead of reading or
+//! corrupting the engine's state. The storage cell itself travels as the DataPtr's context.
+//!
+//! Ranges are powers of two, at least 256 bytes. The region is split into one part per size
+//! class, so an address's part and slot give its cell through a table, without a search, and
+//! distinct live storages never overlap (tools compare data pointer ranges to find shared
+//! storage).
+use crate::cell::Cell;
+use std::sync::{Mutex, OnceLock};
+
+const MIN_CLASS: u32 = 8;
+const PARTS: u32 = 64;
+
+struct Region {
+    base: usize,
+    len: usize,
+    /// Each part is 2^part_bits bytes: the largest storage that fits.
+    part_bits: u32,
+}
+
+#[derive(Default)]
+struct Class {
+    /// Slots handed out so far (the next new slot).
+    used: usize,
+    free: Vec<usize>,
+    /// The cell at each slot (0: free).
+    cells: Vec<usize>,
+}
+
+static REGION: OnceLock<Option<Region>> = OnceLock::new();
+static CLASSES: Mutex<Vec<Class>> = Mutex::new(Vec::new());
+
+fn region() -> Option<&'static Region> {
+    REGION.get_or_init(reserve).as_ref()
+}
+
+/// The largest region the kernel grants (64 TiB where virtual addresses have 47 bits or more;
+/// less under a memory rlimit or a smaller address space).
+fn reserve() -> Option<Region> {
+    for bits in [46u32, 44, 42, 40, 38, 36, 34] {
+        let len = 1usize << bits;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        // SAFETY: a fresh anonymous mapping that nothing else uses.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, flags, -1, 0) };
+        if p != libc::MAP_FAILED {
+            return Some(Region { base: p as usize, len, part_bits: bits - PARTS.trailing_zeros() });
+        }
+    }
+    None
+}
+
+/// (base, length) of the region, for the fault handler; (0, 0) when none could be reserved.
+pub fn region_bounds() -> (usize, usize) {
+    region().map_or((0, 0), |r| (r.base, r.len))
+}
+
+fn class_of(nbytes: i64) -> u32 {
+    let n = nbytes.max(1) as u64;
+    (64 - (n - 1).leading_zeros()).max(MIN_CLASS)
+}
+
+/// The size of the range an address of `nbytes` gets.
+pub fn capacity(nbytes: i64) -> i64 {
+    1i64 << class_of(nbytes)
+}
+
+/// A new range of at least `nbytes` for `cell`; None when it cannot have one (larger than a
+/// part of the region, or no region).
+pub(crate) fn allocate(cell: *const Cell, nbytes: i64) -> Option<usize> {
+    let r = region()?;
+    let k = class_of(nbytes);
+    if k > r.part_bits {
+        return None;
+    }
+    let part = (k - MIN_CLASS) as usize;
+    let mut classes = CLASSES.lock().unwrap();
+    if classes.len() <= part {
+        classes.resize_with(part + 1, Class::default);
+    }
+    let c = &mut classes[part];
+    let slot = match c.free.pop() {
+        Some(s) => s,
+        None if (c.used + 1) << k <= 1usize << r.part_bits => {
+            c.used += 1;
+            c.cells.push(0);
+            c.used - 1
+        }
+        None => return None,
+    };
+    c.cells[slot] = cell as usize;
+    Some(r.base + (part << r.part_bits) + (slot << k))
+}
+
+/// (part, slot) of an address inside a range, if it is in the region.
+fn locate(addr: usize) -> Option<(usize, usize)> {
+    let r = region()?;
+    let off = addr.checked_sub(r.base).filter(|&o| o < r.len)?;
+    let part = off >> r.part_bits;
+    let k = part as u32 + MIN_CLASS;
+    Some((part, (off & ((1usize << r.part_bits) - 1)) >> k))
+}
+
+pub(crate) fn release(addr: usize) {
+    if let Some((part, slot)) = locate(addr) {
+        let mut classes = CLASSES.lock().unwrap();
+        if let Some(c) = classes.get_mut(part) {
+            if c.cells.get(slot).is_some_and(|&p| p != 0) {
+                c.cells[slot] = 0;
+                c.free.push(slot);
+            }
+        }
+    }
+}
+
+/// The cell whose range holds `addr`, if any.
+pub fn cell_at(addr: usize) -> Option<*mut Cell> {
+    let (part, slot) = locate(addr)?;
+    let classes = CLASSES.lock().unwrap();
+    let p = *classes.get(part)?.cells.get(slot)?;
+    (p != 0).then_some(p as *mut Cell)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_disjoint_inaccessible_and_map_back_to_their_cells() {
+        let cells: Vec<*mut Cell> = [0i64, 1, 255, 256, 257, 4096, 1 << 20].iter().map(|&n| Cell::new(n, 0, None)).collect();
+        let addrs: Vec<usize> = cells.iter().map(|&c| unsafe { &*c }.address().unwrap()).collect();
+        let (base, len) = region_bounds();
+        assert!(len >= 1 << 34);
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for (&c, &a) in cells.iter().zip(&addrs) {
+            let n = unsafe { &*c }.nbytes();
+            assert!(a >= base && a + capacity(n) as usize <= base + len);
+            assert_eq!(a % 256, 0);
+            assert_eq!(cell_at(a), Some(c));
+            assert_eq!(cell_at(a + n.max(1) as usize - 1), Some(c)); // an address inside the range
+            spans.push((a, a + capacity(n) as usize));
+        }
+        spans.sort();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges overlap: {spans:?}");
+        // The region holds no memory: touching it faults (checked from Python, in a subprocess).
+        // SAFETY: cells made above and not used elsewhere.
+        let freed = addrs[3];
+        unsafe { drop(Box::from_raw(cells[3])) };
+        assert_eq!(cell_at(freed), None);
+        let again = Cell::new(200, 0, None);
+        let again_addr = unsafe { &*again }.address().unwrap();
+        assert_eq!(cell_at(again_addr), Some(again));
+        for (i, c) in cells.into_iter().enumerate() {
+            if i != 3 {
+                unsafe { drop(Box::from_raw(c)) };
+            }
+        }
+        unsafe { drop(Box::from_raw(again)) };
+    }
+
+    #[test]
+    fn growing_past_the_range_moves_the_address() {
+        let c = Cell::new(100, 0, None);
+        let cell = unsafe { &*c };
+        let a = cell.address().unwrap();
+        cell.set_nbytes(200); // still within the 256-byte range
+        assert_eq!(cell.address(), Some(a));
+        cell.set_nbytes(1000);
+        let b = cell.address().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(cell_at(b), Some(c));
+        assert_eq!(cell_at(a), None);
+        unsafe { drop(Box::from_raw(c)) };
+    }
+
+    #[test]
+    fn too_large_gets_no_address() {
+        let c = Cell::new(i64::MAX / 2, 0, None);
+        assert_eq!(unsafe { &*c }.address(), None);
+        unsafe { drop(Box::from_raw(c)) };
+    }
+}
