@@ -66,5 +66,6 @@ def load():
     built = _C.built_with_torch()
     if release(built) != release(running):
         raise _mismatch(built, running)
+    _C.set_torch_version(*release(running)[:2])
     _C.register_device()
     return _C

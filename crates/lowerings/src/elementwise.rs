@@ -3,7 +3,7 @@
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
-use crate::error::Result;
+use crate::error::{Result, TorchError};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, Value};
 
@@ -207,16 +207,13 @@ fn alpha_checked(args: &Args, dt: DType) -> Result<Option<Scalar>> {
 fn add_sub(cx: &mut Cx, args: &Args, subtract: bool, reverse: bool) -> Result<Vec<Out>> {
     let (x, y, dt) = operands(args, "self", "other")?;
     if subtract {
-        check!(
-            !(x.promo().0 == DType::Bool && y.promo().0 == DType::Bool),
-            Runtime,
-            "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead."
-        );
-        check!(
-            x.promo().0 != DType::Bool && y.promo().0 != DType::Bool,
-            Runtime,
-            "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
-        );
+        let kind = crate::torch_version::bool_minus_error();
+        if x.promo().0 == DType::Bool && y.promo().0 == DType::Bool {
+            return Err(TorchError::new(kind, "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` or `logical_xor()` operator instead."));
+        }
+        if x.promo().0 == DType::Bool || y.promo().0 == DType::Bool {
+            return Err(TorchError::new(kind, "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."));
+        }
     }
     let alpha = alpha_checked(args, dt)?;
     let (mut a, mut b) = pair(cx, x, y, dt)?;
@@ -529,11 +526,12 @@ fn round(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn neg(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(
-        x.dtype != DType::Bool,
-        Runtime,
-        "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
-    );
+    if x.dtype == DType::Bool {
+        return Err(TorchError::new(
+            crate::torch_version::bool_minus_error(),
+            "Negation, the `-` operator, on a bool tensor is not supported. If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.",
+        ));
+    }
     one(cx.neg(x.v))
 }
 

@@ -16,6 +16,7 @@ pub mod cx;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod torch_version;
 
 mod elementwise;
 mod factories;

@@ -245,6 +245,13 @@ fn built_with_torch() -> &'static str {
     env!("TORCHTPU_BUILT_WITH_TORCH")
 }
 
+/// Records the running torch release for the behaviours that differ between releases
+/// (lowerings::torch_version).
+#[pyfunction]
+fn set_torch_version(major: u32, minor: u32) {
+    lowerings::torch_version::set(major, minor)
+}
+
 /// Registers the device with PyTorch (allocator, guard, hooks, kernels); called once Python
 /// has checked that the running torch is the one this extension was built for.
 #[pyfunction]
@@ -271,6 +278,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
     m.add_function(wrap_pyfunction!(register_device, m)?)?;
+    m.add_function(wrap_pyfunction!(set_torch_version, m)?)?;
     m.add_function(wrap_pyfunction!(register_graph, m)?)?;
     m.add_class::<Marker>()?;
     Ok(())

@@ -1,0 +1,26 @@
+//! The torch release this process runs with, for the few behaviours that differ between the
+//! supported releases (2.11 to 2.15). The Python package sets it once at start; until then
+//! (the crate's own tests) the newest behaviour applies.
+use crate::ErrorKind;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static MINOR: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// Records the running torch 2.`minor` (a torch 3 counts as newer than every 2.x).
+pub fn set(major: u32, minor: u32) {
+    MINOR.store(if major == 2 { minor } else { u32::MAX }, Ordering::Relaxed);
+}
+
+fn at_least_2(minor: u32) -> bool {
+    MINOR.load(Ordering::Relaxed) >= minor
+}
+
+/// The `-` operator on bool tensors (sub, rsub, neg): NotImplementedError from torch 2.14,
+/// RuntimeError before.
+pub fn bool_minus_error() -> ErrorKind {
+    if at_least_2(14) {
+        ErrorKind::NotImplemented
+    } else {
+        ErrorKind::Runtime
+    }
+}
