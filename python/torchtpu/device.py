@@ -15,11 +15,17 @@ def _check_platform():
 
 def _lazy_init():
     _check_platform()
+    if _C.in_bad_fork():
+        raise RuntimeError(
+            "Cannot re-initialize tpu in forked subprocess. To use tpu with multiprocessing, "
+            "you must use the 'spawn' start method"
+        )
     _C.init()
 
 
 def _is_in_bad_fork():
-    return False
+    """Whether this process was forked after the device started: it cannot use the device."""
+    return _C.in_bad_fork()
 
 
 def is_initialized():
@@ -35,18 +41,16 @@ def __getattr__(name):
 
 
 def is_available():
-    try:
-        _lazy_init()
-    except RuntimeError:
-        return False
-    return _C.device_count() > 0
+    return device_count() > 0
 
 
 def device_count():
-    try:
-        _lazy_init()
-    except RuntimeError:
-        return 0
+    # A started client's count needs no new start (and a forked child cannot start one).
+    if not _C.is_initialized():
+        try:
+            _lazy_init()
+        except RuntimeError:
+            return 0
     return _C.device_count()
 
 

@@ -50,6 +50,9 @@ impl From<pjrt::Error> for Error {
 }
 
 pub fn device_count() -> i32 {
+    if let Some(n) = runtime::started_device_count() {
+        return n as i32;
+    }
     match runtime::runtime() {
         Ok(rt) => rt.devices.len() as i32,
         Err(_) => 0,

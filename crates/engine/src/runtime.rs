@@ -30,7 +30,18 @@ pub fn is_initialized() -> bool {
     RUNTIME.get().is_some()
 }
 
+/// The devices of the started client, also in a forked child (which cannot use them).
+pub fn started_device_count() -> Option<usize> {
+    RUNTIME.get()?.as_ref().ok().map(|r| r.devices.len())
+}
+
+/// What a child forked after the device started gets for any device work (as CUDA says it).
+const FORKED: &str = "Cannot re-initialize tpu in forked subprocess. To use tpu with multiprocessing, you must use the 'spawn' start method";
+
 pub fn runtime() -> Result<&'static Runtime, Error> {
+    if pjrt::forked() {
+        return Err(Error::runtime(FORKED));
+    }
     let r = RUNTIME.get_or_init(|| {
         let cfg = CONFIG.lock().unwrap().clone().ok_or_else(|| {
             "torchtpu: no PJRT plugin configured (import torchtpu first)".to_string()
@@ -44,6 +55,12 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let plugin = pjrt::Plugin::load(&cfg.plugin_path)?;
     let opts: Vec<(&str, pjrt::NamedValue)> = cfg.options.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     let client = pjrt::Client::new(&plugin, &opts)?;
+    // A child forked from now on has the client's memory but not its threads.
+    extern "C" fn in_forked_child() {
+        pjrt::mark_forked();
+    }
+    // SAFETY: registers a handler that only stores to an atomic.
+    unsafe { libc::pthread_atfork(None, None, Some(in_forked_child)) };
     let devices = client.addressable_devices();
     let (maj, min) = plugin.api_version();
     let cache_dir = disk_cache::directory();

@@ -28,6 +28,11 @@ pub struct Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
+    /// The error of every call in a process forked after a client started (`crate::forked`).
+    pub fn forked() -> Error {
+        Error::new(code::FAILED_PRECONDITION, "the PJRT client cannot be used in a process forked after it started")
+    }
+
     pub fn new(code: i32, message: impl Into<String>) -> Error {
         Error { code, message: message.into() }
     }

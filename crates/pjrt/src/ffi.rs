@@ -540,13 +540,15 @@ impl Api {
 
 /// Calls a function-table entry, turning a returned `PJRT_Error` into
 /// `Err`, and a missing entry (table too short, or null) into an
-/// `UNIMPLEMENTED` error naming the function.
+/// `UNIMPLEMENTED` error naming the function. In a process forked after a
+/// client started, nothing is called (see `crate::forked`).
 #[macro_export]
 #[doc(hidden)]
 macro_rules! call {
     ($api:expr, $name:ident, $args:expr) => {{
         let api: &$crate::ffi::Api = $api;
         match api.$name {
+            _ if $crate::forked() => Err($crate::Error::forked()),
             Some(f) if api.covers(::std::mem::offset_of!($crate::ffi::Api, $name)) => {
                 #[allow(unused_unsafe)]
                 let err = unsafe { f($args) };

@@ -38,4 +38,19 @@ mod executable;
 pub use buffer::{dense_size_in_bytes, Buffer, ElementType, Event, HostBufferSemantics};
 pub use client::{Client, Device, MemoryStats, NamedValue, Plugin};
 pub use error::{Error, Result};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Marks this process as a child forked after a client started. The child has the plugin's
+/// memory but none of its threads, so a call into the plugin may hang or crash: from now on
+/// every call fails instead (FAILED_PRECONDITION), and destructors leak what they would free.
+pub fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+pub fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
 pub use executable::{compile_options_proto, portable_compile_options_proto, LoadedExecutable};

@@ -46,6 +46,12 @@ fn is_initialized() -> bool {
     engine::runtime::is_initialized()
 }
 
+/// Whether this process was forked after the device started (and so cannot use it).
+#[pyfunction]
+fn in_bad_fork() -> bool {
+    pjrt::forked()
+}
+
 /// Starts the client now; raises RuntimeError with the plugin's message when it cannot.
 #[pyfunction]
 fn init() -> PyResult<()> {
@@ -263,6 +269,7 @@ fn register_device() {
 fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(configure, m)?)?;
     m.add_function(wrap_pyfunction!(is_initialized, m)?)?;
+    m.add_function(wrap_pyfunction!(in_bad_fork, m)?)?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(platform, m)?)?;

@@ -1,0 +1,155 @@
+"""What a user sees when things go wrong around the device (README "Failure semantics"): a
+failed program leaves the device usable and leaks nothing; exiting with work in flight
+neither hangs nor crashes; a child forked after the device started gets CUDA's error; Ctrl-C
+during a long program raises KeyboardInterrupt once it finishes; threads share the device;
+long training keeps memory flat. Each risky case runs in a subprocess."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+from helpers import TPU
+
+
+def _run(code, timeout=300, **kw):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, **kw)
+
+
+def test_failed_program_leaves_the_device_usable_and_leaks_nothing():
+    torch.tpu.synchronize()
+    buffers, allocated = torch.tpu.live_buffers(), torch.tpu.memory_allocated()
+    for _ in range(3):
+        with pytest.raises(torch.OutOfMemoryError):
+            torch.ones(2**42, device=TPU).sum().item()
+    assert torch.tpu.live_buffers() == buffers and torch.tpu.memory_allocated() == allocated
+    assert torch.arange(4.0, device=TPU).sum().item() == 6.0
+
+
+def test_exit_with_work_in_flight_neither_hangs_nor_crashes():
+    out = _run("""
+        import torch
+        x = torch.randn(256, 256, device="tpu")
+        for _ in range(200):
+            x = (x @ x).tanh()  # queued, never waited for
+        print("queued", flush=True)
+    """, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["queued"]
+
+
+def test_child_forked_after_start_gets_cudas_error():
+    out = _run("""
+        import os, torch
+        x = torch.arange(3.0, device="tpu") + 1
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.tpu._is_in_bad_fork() and torch.tpu.device_count() == 1
+            try:
+                torch.ones(2, device="tpu").sum().item()
+                ok = False
+            except RuntimeError as e:
+                ok = ok and "Cannot re-initialize tpu in forked subprocess" in str(e) and "spawn" in str(e)
+            del x  # an inherited tensor is dropped without touching the plugin
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        print("parent", (x * 2).cpu().tolist(), torch.tpu._is_in_bad_fork())
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["child 0", "parent [2.0, 4.0, 6.0] False"]
+
+
+def test_fork_before_start_and_dataloader_workers_are_fine():
+    out = _run("""
+        import os, torch
+        pid = os.fork()  # nothing started yet: the child starts its own client
+        if pid == 0:
+            os._exit(0 if torch.ones(2, device="tpu").sum().item() == 2.0 else 1)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+        # DataLoader workers (forked) read host data while the parent trains on tpu
+        w = torch.ones(4, device="tpu")
+        data = torch.utils.data.TensorDataset(torch.arange(16.0).view(8, 2))
+        loader = torch.utils.data.DataLoader(data, batch_size=2, num_workers=2)
+        print("sum", sum((b.to("tpu").sum() * w[0]).item() for (b,) in loader))
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["child 0", "sum 120.0"]
+
+
+def test_ctrl_c_during_a_long_program_raises_keyboard_interrupt_and_the_device_stays_usable():
+    code = """
+        import torch
+        x = torch.randn(512, 512, device="tpu") / 23
+        print("ready", flush=True)
+        try:
+            while True:
+                for _ in range(20):
+                    x = (x @ x).tanh()
+                x.sum().item()
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        print(torch.arange(4.0, device="tpu").sum().item(), flush=True)
+    """
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    threading.Event().wait(1.0)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err[-2000:]
+    assert out.split() == ["interrupted", "6.0"]
+
+
+def test_threads_share_the_device():
+    def work(seed, results):
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(8 + seed, 16, generator=g)
+        b = torch.randn(16, 4, generator=g)
+        ref = (a @ b).relu().sum(0)
+        for _ in range(50):
+            got = (a.to(TPU) @ b.to(TPU)).relu().sum(0).cpu()
+            if not torch.allclose(got, ref, atol=1e-5):
+                results[seed] = False
+                return
+        results[seed] = True
+
+    results = {}
+    threads = [threading.Thread(target=work, args=(s, results)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {0: True, 1: True, 2: True, 3: True}
+
+
+def _rss_bytes():
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_three_thousand_training_steps_keep_memory_flat():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(TPU)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    x, y = torch.randn(64, 16, device=TPU), torch.randn(64, 1, device=TPU)
+
+    def steps(n):
+        for _ in range(n):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+        return loss.item()
+
+    steps(300)  # compiles, optimizer state, caches warm
+    buffers, allocated, rss = torch.tpu.live_buffers(), torch.tpu.memory_allocated(), _rss_bytes()
+    steps(2700)
+    assert torch.tpu.live_buffers() == buffers
+    assert torch.tpu.memory_allocated() == allocated
+    assert _rss_bytes() - rss < 16 * 2**20, (_rss_bytes() - rss) / 2**20
