@@ -38,10 +38,10 @@ fn region() -> Option<&'static Region> {
     REGION.get_or_init(reserve).as_ref()
 }
 
-/// The largest region the kernel grants (64 TiB where virtual addresses have 47 bits or more;
+/// The largest region the kernel grants (16 TiB where virtual addresses have 47 bits or more;
 /// less under a memory rlimit or a smaller address space).
 fn reserve() -> Option<Region> {
-    for bits in [46u32, 44, 42, 40, 38, 36, 34] {
+    for bits in [44u32, 42, 40, 38, 36, 34] {
         let len = 1usize << bits;
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         // SAFETY: a fresh anonymous mapping that nothing else uses.
