@@ -12,7 +12,8 @@ classed:
     error-differs   tpu raised while CPU ran, or both raised with different classes
     cpu-error-only  CPU raised, tpu ran
     crash           the worker died (signal, exit) or hung during the tpu call
-    cpu-crash       the worker died or hung during the CPU call (PyTorch's own op, not ours)
+    cpu-crash       the worker died or hung during the CPU call (PyTorch's own kernel); the set
+                    then runs on tpu alone in a fresh worker, and is a crash if that dies too
     skipped         no arguments could be built (Storage, Stream, TorchScript classes)
 
 An overload's outcome is its worst set's, in that order of precedence (crash first, then
@@ -45,14 +46,20 @@ SETS = [("f32", "float32", (2, 3), False), ("f32-0d", "float32", (), False), ("f
         ("i64", "int64", (2, 3), False), ("bool", "bool", (2, 3), False), ("f32-4d", "float32", (2, 2, 2, 2), False),
         ("f32-opt", "float32", (2, 3), True)]
 
-# Every 10th overload of the sorted list, plus ops that once crashed: a few hundred overloads
-# in a few minutes, the same ones on every run of one torch release.
+# Every 10th overload of the sorted list, plus one overload of each op that crashed in a full
+# sweep: a few hundred overloads in a few minutes, the same ones on every run of one torch release.
 CI_STRIDE = 10
-CI_EXTRA = ["_grid_sampler_2d_cpu_fallback.default"]
+CI_EXTRA = ["_chunk_cat.default", "_grid_sampler_2d_cpu_fallback.default",
+            "_grid_sampler_2d_cpu_fallback_backward.default", "_nnpack_spatial_convolution.default",
+            "_saturate_weight_to_fp16.default", "_thnn_differentiable_gru_cell_backward.default",
+            "choose_qparams_optimized.default", "fbgemm_linear_quantize_weight.default",
+            "fbgemm_pack_gemm_matrix_fp16.default", "range.out_"]
 
 # Values are not compared for ops whose results are random or uninitialized.
 NONDETERMINISTIC = ("rand", "normal", "bernoulli", "dropout", "empty", "multinomial", "uniform", "exponential",
                     "cauchy", "geometric", "log_normal", "poisson", "rrelu", "random", "_efficientzerotensor")
+
+MARK = "torchtpu.probe: calling "
 
 STRINGS = {"reduce": "sum", "rounding_mode": "trunc", "ord": "fro", "p": "fro", "padding": "same",
            "indexing": "ij", "equation": "ij,ij->ij", "filename": "/nonexistent/torchtpu-probe"}
@@ -261,8 +268,9 @@ def _host(x):
     return x
 
 
-def run_set(name, k, say):
-    """Outcome of one argument set; `say` reports the phase before each call, for crash records."""
+def run_set(name, k, say, no_cpu=False):
+    """Outcome of one argument set; `say` reports the phase before each call, for crash records.
+    no_cpu: the CPU call crashed the last worker; only the tpu call runs."""
     import torch
 
     try:
@@ -271,21 +279,29 @@ def run_set(name, k, say):
         return {"set": SETS[k][0], "outcome": "skipped", "why": str(e)}
     op = _overload(name)
     # The tpu copy first: in-place ops modify the CPU arguments.
-    dargs, dkwargs = _to(args, "tpu"), _to(kwargs, "tpu")
-    say("cpu")
-    torch.manual_seed(0)
-    cpu = tpu = None
     try:
-        exp = op(*args, **kwargs)
-    except Exception as e:  # noqa: BLE001 - any exception PyTorch raises is a result
-        cpu = e
+        dargs, dkwargs = _to(args, "tpu"), _to(kwargs, "tpu")
+    except Exception as e:  # noqa: BLE001 - a copy that fails is the set's tpu error
+        dargs = e
+    cpu = tpu = None
+    if not no_cpu:
+        say("cpu")
+        torch.manual_seed(0)
+        try:
+            exp = op(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - any exception PyTorch raises is a result
+            cpu = e
     say("tpu")
     torch.manual_seed(0)
     try:
+        if isinstance(dargs, Exception):
+            raise dargs
         got = _host(op(*dargs, **dkwargs))
     except Exception as e:  # noqa: BLE001
         tpu = e
     r = {"set": SETS[k][0]}
+    if no_cpu:  # what tpu did where CPU crashed
+        return dict(r, outcome="cpu-crash", tpu=_short(tpu) if tpu is not None else "ran")
     if cpu is not None:
         r["cpu"] = _short(cpu)
     if tpu is not None:
@@ -324,12 +340,17 @@ def worker():
     def send(msg):
         out.write(json.dumps(msg) + "\n")
 
+    def say(name, k, phase):
+        # The marker in stderr lets a crash record keep only what this call wrote.
+        os.write(2, f"{MARK}{name} {SETS[k][0]} {phase}\n".encode())
+        send({"at": name, "set": k, "phase": phase})
+
     send({"ready": True})
     for line in sys.stdin:
         req = json.loads(line)
         name = req["op"]
         for k in range(req["from"], len(SETS)):
-            r = run_set(name, k, lambda phase: send({"at": name, "set": k, "phase": phase}))
+            r = run_set(name, k, lambda phase: say(name, k, phase), req["no_cpu"] and k == req["from"])
             send({"result": r})
             try:  # no error left pending for the next op
                 torch.tpu.synchronize()
@@ -379,8 +400,10 @@ class _Worker:
             how = f"hung (no answer in {timeout:g} s)"
         self.err.seek(0)
         # Without the frames of Rust and C++ backtraces, the last lines say why.
-        lines = [ln for ln in self.err.read().decode(errors="replace").splitlines()
-                 if ln.strip() and not re.match(r"\s+(at |\d+: )|stack backtrace:|note: Some details", ln)]
+        text = self.err.read().decode(errors="replace")
+        text = text[text.rfind(MARK):].split("\n", 1)[-1] if MARK in text else text
+        lines = [ln for ln in text.splitlines()
+                 if ln.strip() and not re.match(r"\s+(at |\d+: )|stack backtrace:|note: Some details|\[W", ln)]
         self.err.close()
         return how, lines[-12:]
 
@@ -404,6 +427,7 @@ def run(names, timeout=20.0, log=sys.stderr):
     worker = None
     i, start = 0, 0
     sets = []
+    cpu_crash = None  # how the CPU call of set `start` died: that set is retried on tpu alone
     t0 = time.time()
     while i < len(names):
         name = names[i]
@@ -412,23 +436,28 @@ def run(names, timeout=20.0, log=sys.stderr):
             if worker.read(300) is None:
                 how, tail = worker.death(300)
                 raise RuntimeError(f"probe worker did not start ({how}):\n" + "\n".join(tail))
-        worker.send({"op": name, "from": start})
+        worker.send({"op": name, "from": start, "no_cpu": cpu_crash is not None})
         at = {"set": start, "phase": "cpu"}
         while True:
             msg = worker.read(timeout)
             if msg is None:
                 how, tail = worker.death(timeout)
                 worker = None
-                kind = "crash" if at["phase"] == "tpu" else "cpu-crash"
-                sets.append({"set": SETS[at["set"]][0], "outcome": kind, "how": how, "stderr": tail})
-                if kind == "cpu-crash" and at["set"] + 1 < len(SETS):
-                    start = at["set"] + 1  # PyTorch's own crash: the other sets still tell
+                rec = {"set": SETS[at["set"]][0], "how": how, "stderr": tail}
+                if at["phase"] == "cpu":
+                    # PyTorch's own CPU kernel died: still see what tpu does with these arguments.
+                    cpu_crash, start = dict(rec, outcome="cpu-crash"), at["set"]
                     break
-                msg = {"done": name}
+                if cpu_crash:
+                    rec["cpu"] = f"crashed too ({cpu_crash['how']})"
+                    cpu_crash = None
+                sets.append(dict(rec, outcome="crash"))
+                msg = {"done": name}  # the rest of this op's sets are skipped
             if "at" in msg:
                 at = msg
             elif "result" in msg:
-                sets.append(msg["result"])
+                sets.append(dict(msg["result"], **cpu_crash) if cpu_crash else msg["result"])
+                cpu_crash = None
             elif "done" in msg:
                 results[name] = {"outcome": outcome(sets), "sets": sets}
                 crash = next((s for s in sets if s["outcome"] == "crash"), None)
