@@ -106,6 +106,21 @@ pub const ROUTED_OPS: &[&str] = &[
     "_grouped_mm",
 ];
 
+/// Ops whose device-generic kernels read or write tensor data as host memory (found by
+/// `python -m torchtpu.probe`: on tpu they faulted in the device address region). Routed to
+/// the fallback like ROUTED_OPS, they raise NotImplementedError naming the op instead.
+pub const HOST_MEMORY_OPS: &[&str] = &[
+    "_grid_sampler_2d_cpu_fallback",
+    "_grid_sampler_2d_cpu_fallback.out",
+    "_grid_sampler_2d_cpu_fallback_backward",
+    "_nnpack_spatial_convolution",
+    "_nnpack_spatial_convolution.out",
+    "_saturate_weight_to_fp16",
+    "choose_qparams_optimized",
+    "fbgemm_linear_quantize_weight",
+    "fbgemm_pack_gemm_matrix_fp16",
+];
+
 /// Op families whose composite kernels loop over a list one tensor at a time (`_foreach_*`):
 /// every overload with a lowering is routed to it, so a whole list runs as one program.
 pub const ROUTED_FAMILIES: &[&str] = &["_foreach_"];

@@ -284,7 +284,7 @@ pub extern "C" fn tt_routed_ops() -> *const c_char {
     static LIST: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     LIST.get_or_init(|| {
         let mut v = Vec::new();
-        for name in lowerings::ROUTED_OPS {
+        for name in lowerings::ROUTED_OPS.iter().chain(lowerings::HOST_MEMORY_OPS) {
             v.extend_from_slice(name.as_bytes());
             v.push(0);
         }
