@@ -85,13 +85,13 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream&) const override { return true; }
 };
 
-// ---- allocator: a data pointer is a Rust storage cell --------------------------------------
-// A DeviceAllocator, so that torch.accelerator's memory functions work on "tpu". Nothing is
-// cached here: a device buffer is freed when its last storage dies.
+// ---- allocator: a storage's context is a Rust storage cell ---------------------------------
+// Its data pointer is an address of the cell's own range in a region that faults on any
+// access (abi.h). A DeviceAllocator, so that torch.accelerator's memory functions work on
+// "tpu"; nothing is cached here: a device buffer is freed when its last storage dies.
 
 void release_cell(void* cell) { tt_cell_release(cell); }
 
-// A storage's data pointer is an address that faults on access (abi.h); its cell is the context.
 void* cell_of(const c10::Storage& storage) { return storage.data_ptr().get_context(); }
 
 c10::DataPtr cell_data_ptr(void* cell, c10::Device device) {
@@ -257,7 +257,6 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
     resize_storage_bytes(storage, nbytes);
   }
 };
-
 
 // ---- tensors from engine outputs -----------------------------------------------------------
 

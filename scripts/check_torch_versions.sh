@@ -34,7 +34,8 @@ for v in "${versions[@]}"; do
     "$venv/bin/pip" install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
   } > "$log" 2>&1
   build=failed
-  if PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps . >> "$log" 2>&1; then
+  # A build directory per torch: the checkout's own build (target/release, for .venv) stays as it is.
+  if CARGO_TARGET_DIR="$PWD/target/torch$v" PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps . >> "$log" 2>&1; then
     build=ok
   fi
   smoke="not run"
