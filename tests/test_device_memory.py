@@ -70,6 +70,9 @@ def test_get_device_properties():
     assert props.name == torch.tpu.get_device_name()
     assert props.total_memory == torch.tpu.mem_get_info(0)[1] > 0
     assert props.type == "tpu" and props.index == 0
+    assert isinstance(props.attributes, dict)  # the plugin's own facts (the CPU plugin: none needed)
+    if "core_count" in props.attributes:  # a GPU: its SM count under CUDA's name
+        assert props.multi_processor_count == props.attributes["core_count"] > 0
     assert torch.tpu.get_device_properties("tpu:0").name == props.name
     with pytest.raises(AssertionError, match="Invalid device id"):
         torch.tpu.get_device_properties(torch.tpu.device_count())

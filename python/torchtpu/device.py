@@ -328,7 +328,8 @@ def get_device_properties(device=None):
     if not 0 <= index < device_count():
         raise AssertionError("Invalid device id")
     platform, version, kind, identity = _C.platform()
-    return _DeviceProperties(
+    attributes = _C.device_attributes(index)
+    props = dict(
         name=get_device_name(index),
         type="tpu",
         index=index,
@@ -337,7 +338,15 @@ def get_device_properties(device=None):
         platform_version=version,
         device_kind=kind,
         plugin=identity,
+        attributes=attributes,  # what the plugin says of the device, as it says it
     )
+    # CUDA's names for what the plugin reports (the GPU plugin: core_count = SMs,
+    # compute_capability "9.0"); a plugin that says nothing gets no such field.
+    if "core_count" in attributes:
+        props["multi_processor_count"] = attributes["core_count"]
+    if isinstance(attributes.get("compute_capability"), str) and "." in attributes["compute_capability"]:
+        props["major"], props["minor"] = (int(p) for p in attributes["compute_capability"].split(".")[:2])
+    return _DeviceProperties(**props)
 
 
 def live_buffers():

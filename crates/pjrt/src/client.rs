@@ -169,6 +169,7 @@ pub(crate) struct DeviceInfo {
     local_hardware_id: i32,
     kind: String,
     debug_string: String,
+    attributes: Vec<(String, NamedValue)>,
 }
 
 /// Shared by the client and everything made from it (devices, buffers,
@@ -308,10 +309,21 @@ fn device_info(api: &'static ffi::Api, raw: *mut ffi::PJRT_Device) -> Result<Dev
     call!(api, PJRT_DeviceDescription_DebugString, &mut a)?;
     let debug_string = unsafe { c_str(a.debug_string, a.debug_string_size) };
 
+    // Plugin-specific facts (a GPU's "core_count", "compute_capability", ...); none is required.
+    let mut a = ffi::PJRT_DeviceDescription_Attributes_Args::new();
+    a.device_description = desc;
+    let attributes = match call!(api, PJRT_DeviceDescription_Attributes, &mut a) {
+        Ok(()) if !a.attributes.is_null() => {
+            // SAFETY: the plugin owns the attributes for the description's lifetime.
+            unsafe { std::slice::from_raw_parts(a.attributes, a.num_attributes).iter().filter_map(|v| NamedValue::from_c(v)).collect() }
+        }
+        _ => Vec::new(),
+    };
+
     let mut a = ffi::PJRT_Device_LocalHardwareId_Args::new();
     a.device = raw;
     call!(api, PJRT_Device_LocalHardwareId, &mut a)?;
-    Ok(DeviceInfo { raw, id, local_hardware_id: a.local_hardware_id, kind, debug_string })
+    Ok(DeviceInfo { raw, id, local_hardware_id: a.local_hardware_id, kind, debug_string, attributes })
 }
 
 // ---------------------------------------------------------------------- Device
@@ -353,6 +365,11 @@ impl Device {
     /// Opaque hardware id (e.g. CUDA ordinal), -1 if undefined.
     pub fn local_hardware_id(&self) -> i32 {
         self.info().local_hardware_id
+    }
+
+    /// The plugin's named facts about the device (empty where it reports none).
+    pub fn attributes(&self) -> &[(String, NamedValue)] {
+        &self.info().attributes
     }
 
     /// Vendor string for the kind of device, e.g. "cpu".

@@ -228,6 +228,11 @@ args_struct!(PJRT_DeviceDescription_Id_Args {
     device_description: *mut PJRT_DeviceDescription,
     id: i32,
 });
+args_struct!(PJRT_DeviceDescription_Attributes_Args {
+    device_description: *mut PJRT_DeviceDescription,
+    num_attributes: usize,
+    attributes: *const PJRT_NamedValue,
+});
 args_struct!(PJRT_DeviceDescription_Kind_Args {
     device_description: *mut PJRT_DeviceDescription,
     device_kind: *const c_char,
@@ -430,7 +435,7 @@ pub struct Api {
 
     pub PJRT_DeviceDescription_Id: F<PJRT_DeviceDescription_Id_Args>,
     pub PJRT_DeviceDescription_ProcessIndex: Unused,
-    pub PJRT_DeviceDescription_Attributes: Unused,
+    pub PJRT_DeviceDescription_Attributes: F<PJRT_DeviceDescription_Attributes_Args>,
     pub PJRT_DeviceDescription_Kind: F<PJRT_DeviceDescription_Kind_Args>,
     pub PJRT_DeviceDescription_DebugString: F<PJRT_DeviceDescription_DebugString_Args>,
     pub PJRT_DeviceDescription_ToString: Unused,
@@ -574,6 +579,7 @@ mod tests {
         assert_eq!(PJRT_Client_Create_Args::new().struct_size, 88);
         assert_eq!(PJRT_Client_BufferFromHostBuffer_Args::new().struct_size, 120);
         assert_eq!(PJRT_Device_MemoryStats_Args::new().struct_size, 185);
+        assert_eq!(PJRT_DeviceDescription_Attributes_Args::new().struct_size, 40);
         assert_eq!(PJRT_ExecuteOptions::new().struct_size, 112 + 8);
         assert_eq!(PJRT_LoadedExecutable_Execute_Args::new().struct_size, 80);
         assert_eq!(PJRT_Event_IsReady_Args::new().struct_size, 25);

@@ -93,6 +93,24 @@ fn memory_reset(device: i32, peak: bool, accumulated: bool) {
     }
 }
 
+/// The plugin's named facts about a device ("core_count", "compute_capability", ...).
+#[pyfunction]
+fn device_attributes(py: Python<'_>, device: i32) -> PyResult<Bound<'_, PyDict>> {
+    let rt = engine::runtime::runtime().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    let d = rt.device(device).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    let out = PyDict::new(py);
+    for (name, value) in d.attributes() {
+        match value {
+            pjrt::NamedValue::Str(s) => out.set_item(name, s)?,
+            pjrt::NamedValue::I64(i) => out.set_item(name, i)?,
+            pjrt::NamedValue::I64List(v) => out.set_item(name, v.clone())?,
+            pjrt::NamedValue::F32(f) => out.set_item(name, f)?,
+            pjrt::NamedValue::Bool(b) => out.set_item(name, b)?,
+        }
+    }
+    Ok(out)
+}
+
 /// (free bytes, total bytes) of a device's memory.
 #[pyfunction]
 fn memory_info(device: i32) -> PyResult<(i64, i64)> {
@@ -280,6 +298,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(memory_reset, m)?)?;
     m.add_function(wrap_pyfunction!(memory_info, m)?)?;
+    m.add_function(wrap_pyfunction!(device_attributes, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
