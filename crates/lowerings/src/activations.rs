@@ -40,6 +40,8 @@ pub fn register(r: &mut Registry) {
     r.add("softshrink_backward", softshrink_backward);
     r.add("glu", glu);
     r.add("glu_backward", glu_backward);
+    r.add("glu_jvp", glu_jvp);
+    r.add("glu_backward_jvp", glu_backward_jvp);
     r.add("_prelu_kernel", prelu_kernel);
     r.add("_prelu_kernel_backward", prelu_kernel_backward);
     r.add_specialized("native_dropout", native_dropout);
@@ -635,6 +637,101 @@ fn glu_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let gb = cx.mul(gv, t);
     let out = cx.concatenate(&[ga, gb], dim as i64);
     one(cx.cast(out, x.dtype))
+}
+
+/// The halves of `v` along `dim` when its size there is twice `h` (PyTorch's narrow calls,
+/// with narrow's error otherwise).
+fn glu_halves(cx: &mut Cx, v: Value, dim: usize, h: i64) -> Result<(Value, Value)> {
+    let size = cx.dims(v)[dim];
+    check!(h <= size - h, Runtime, "start ({}) + length ({}) exceeds dimension size ({}).", h, h, size);
+    let n = cx.dims(v).len();
+    let mut lim_a = cx.dims(v);
+    lim_a[dim] = h;
+    let mut start_b = vec![0; n];
+    start_b[dim] = h;
+    let mut lim_b = cx.dims(v);
+    lim_b[dim] = 2 * h;
+    let a = cx.slice(v, &vec![0; n], &lim_a, &vec![1; n]);
+    let b = cx.slice(v, &start_b, &lim_b, &vec![1; n]);
+    Ok((a, b))
+}
+
+/// `t.size(dim)` with its IndexError.
+fn size_at(cx: &Cx, v: Value, dim: usize) -> Result<i64> {
+    let d = cx.dims(v);
+    check!(!d.is_empty(), Index, "Dimension specified as {} but tensor has no dimensions", dim);
+    check!(dim < d.len(), Index, "Dimension out of range (expected to be in range of [-{}, {}], but got {})", d.len(), d.len() - 1, dim);
+    Ok(d[dim])
+}
+
+/// glu_jvp(glu, x, dx, dim): the forward-mode derivative of glu, PyTorch's kernel
+/// da * sigmoid(b) + glu * (db - sigmoid(b) * db) (b, da, db the halves of x and dx).
+fn glu_jvp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let r = args.tensor("glu")?;
+    let x = args.tensor("x")?;
+    let dx = args.tensor("dx")?;
+    let xd = cx.dims(x.v);
+    let dim = wrap_dim(args.int("dim")?, xd.len())?;
+    let h = size_at(cx, r.v, dim)?;
+    check!(!xd.is_empty(), Runtime, "narrow() cannot be applied to a 0-dim tensor.");
+    float_kernel(r.dtype, "glu_jvp_cpu")?;
+    let cdt = compute_dtype(r.dtype);
+    let xv = cx.cast(x.v, cdt);
+    let dv = cx.cast(dx.v, cdt);
+    let (_, b) = glu_halves(cx, xv, dim, h)?;
+    let (da, db) = glu_halves(cx, dv, dim, h)?;
+    let rv = cx.cast(r.v, cdt);
+    let vs = cx.broadcast_all(&[rv, b, da, db])?;
+    let sb = cx.logistic(vs[1]);
+    let t2 = cx.mul(sb, vs[3]);
+    let t2 = cx.sub(vs[3], t2);
+    let t2 = cx.mul(vs[0], t2);
+    let l = cx.mul(vs[2], sb);
+    let out = cx.add(l, t2);
+    one(cx.cast(out, r.dtype))
+}
+
+/// glu_backward_jvp(grad_x, grad_glu, x, dgrad_glu, dx, dim): PyTorch's composite of the
+/// derivative of glu_backward, in the inputs' float dtype.
+fn glu_backward_jvp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let gx = args.tensor("grad_x")?;
+    let gg = args.tensor("grad_glu")?;
+    let x = args.tensor("x")?;
+    let dgg = args.tensor("dgrad_glu")?;
+    let dx = args.tensor("dx")?;
+    let xd = cx.dims(x.v);
+    let dim = wrap_dim(args.int("dim")?, xd.len())?;
+    let h = size_at(cx, gg.v, dim)?;
+    check!(!xd.is_empty(), Runtime, "narrow() cannot be applied to a 0-dim tensor.");
+    check!(x.dtype != DType::Bool, Runtime, "\"sigmoid_cpu\" not implemented for 'Bool'");
+    let ts = [gx, gg, x, dgg, dx];
+    let dt = crate::dtype::result_type(&ts.iter().map(|t| (t.dtype, t.rank)).collect::<Vec<_>>()).unwrap();
+    let dt = if dt.is_float() { dt } else { DType::F32 };
+    let cdt = compute_dtype(dt);
+    let c = |cx: &mut Cx, t: &Tensor| cx.cast(t.v, cdt);
+    let (xv, dxv, gxv, ggv, dggv) = (c(cx, &x), c(cx, &dx), c(cx, &gx), c(cx, &gg), c(cx, &dgg));
+    let (a, b) = glu_halves(cx, xv, dim, h)?;
+    let (da, db) = glu_halves(cx, dxv, dim, h)?;
+    let (gxa, _) = glu_halves(cx, gxv, dim, h)?;
+    let vs = cx.broadcast_all(&[a, b, da, db, gxa, ggv, dggv])?;
+    let (a, b, da, db, gxa, _gg, dgg) = (vs[0], vs[1], vs[2], vs[3], vs[4], vs[5], vs[6]);
+    let sb = cx.logistic(b);
+    let glu = cx.mul(a, sb);
+    let dbs = cx.mul(db, sb);
+    let db_neg = cx.sub(db, dbs);
+    let t1 = cx.mul(dgg, sb);
+    let t2 = cx.mul(gxa, db_neg);
+    let dgxa = cx.add(t1, t2);
+    let amg = cx.sub(a, glu);
+    let u1 = cx.mul(dgxa, amg);
+    let das = cx.mul(da, sb);
+    let w = cx.sub(da, das);
+    let gdb = cx.mul(glu, db_neg);
+    let w = cx.sub(w, gdb);
+    let u2 = cx.mul(gxa, w);
+    let dgxb = cx.add(u1, u2);
+    let out = cx.concatenate(&[dgxa, dgxb], dim as i64);
+    one(cx.cast(out, dt))
 }
 
 /// _prelu_kernel(self, weight): x > 0 ? x : weight * x (weight broadcasts against self).

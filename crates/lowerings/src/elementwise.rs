@@ -46,6 +46,7 @@ pub fn register(r: &mut Registry) {
     r.add("clamp_max", clamp_max);
     r.add("masked_fill", masked_fill);
     r.add("relu", relu);
+    r.add("_add_relu", add_relu);
     r.add("gelu", gelu);
     r.add("silu", silu);
     r.add("sigmoid", |cx, a| float_unary(cx, a, |cx, x| cx.logistic(x)));
@@ -617,12 +618,31 @@ fn clamp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn clamp_min(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let lo = opt_operand(args, "min")?;
+    if let Some(v) = bool_clamp(cx, args, lo, Cx::or_)? {
+        return one(v);
+    }
     clamp_values(cx, args, lo, None)
 }
 
 fn clamp_max(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let hi = opt_operand(args, "max")?;
+    if let Some(v) = bool_clamp(cx, args, hi, Cx::and_)? {
+        return one(v);
+    }
     clamp_values(cx, args, None, hi)
+}
+
+/// clamp_min.Tensor / clamp_max.Tensor of bool tensors: PyTorch's maximum / minimum kernels
+/// (which the tensor overloads run) take bools: `or` / `and`. The number overloads raise.
+fn bool_clamp(cx: &mut Cx, args: &Args, bound: Option<Operand>, f: fn(&mut Cx, Value, Value) -> Value) -> Result<Option<Value>> {
+    let x = args.tensor("self")?;
+    match bound {
+        Some(Operand::T(b)) if x.dtype == DType::Bool && b.dtype == DType::Bool => {
+            let vs = cx.broadcast_all(&[x.v, b.v])?;
+            Ok(Some(f(cx, vs[0], vs[1])))
+        }
+        _ => Ok(None),
+    }
 }
 
 fn masked_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -661,6 +681,73 @@ fn relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let zero = cx.full(0.0, x.dtype, &cx.dims(x.v));
     let neg = cx.compare(CmpDir::Lt, x.v, zero);
     one(cx.select(neg, zero, x.v))
+}
+
+/// The C++ name PyTorch's internal asserts print for a dtype (`caffe2::TypeMeta::name`).
+fn cpp_type_name(d: DType) -> &'static str {
+    match d {
+        DType::Bool => "bool",
+        DType::U8 => "unsigned char",
+        DType::I8 => "signed char",
+        DType::I16 => "short int",
+        DType::I32 => "int",
+        DType::I64 => "long int",
+        DType::F16 => "c10::Half",
+        DType::BF16 => "c10::BFloat16",
+        DType::F32 => "float",
+        DType::F64 => "double",
+        _ => d.torch_name(),
+    }
+}
+
+/// _add_relu(self, other, alpha) (Tensor and Scalar overloads): clamp(self + alpha * other,
+/// 0, max of self's dtype) in the promoted dtype, as PyTorch's add_clamp kernel computes it:
+/// alpha converted to the result dtype unchecked (ints truncate it), NaN kept, +inf
+/// clamped to the largest finite value of self's dtype.
+fn add_relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    let xt = args.tensor("self")?;
+    let (a, mut b) = pair(cx, x, y, dt)?;
+    let hi = match xt.dtype {
+        DType::I32 => i32::MAX as f64,
+        DType::I64 => i64::MAX as f64,
+        DType::I16 => i16::MAX as f64,
+        DType::I8 => i8::MAX as f64,
+        DType::F32 => f32::MAX as f64,
+        DType::F64 => f64::MAX,
+        d => bail!(Runtime, "false INTERNAL ASSERT FAILED at \"aten/src/ATen/native/BinaryOps.cpp\": Unsupported datatype for add_relu:{}", cpp_type_name(d)),
+    };
+    if let Some(alpha) = args.opt_scalar("alpha")? {
+        if !matches!(alpha, Scalar::Int(1) | Scalar::Bool(true)) {
+            let s = cx.scalar(alpha, dt);
+            let d = cx.dims(b);
+            let s = cx.broadcast_in_dim(s, &d, &[]);
+            b = cx.mul(b, s);
+        }
+    }
+    let sum = cx.add(a, b);
+    let dims = cx.dims(sum);
+    let zero = cx.full(0.0, dt, &dims);
+    let neg = cx.compare(CmpDir::Lt, sum, zero);
+    let out = cx.select(neg, zero, sum);
+    // An int64 maximum is the dtype's own (no clamp needed; f64 cannot carry it exactly).
+    if xt.dtype == DType::I64 || (dt.is_integral() && hi >= dtype_max(dt)) {
+        return one(out);
+    }
+    let top = cx.full(hi, dt, &dims);
+    let big = cx.compare(CmpDir::Gt, out, top);
+    one(cx.select(big, top, out))
+}
+
+/// The largest value of an integer dtype, as f64.
+fn dtype_max(d: DType) -> f64 {
+    match d {
+        DType::U8 => u8::MAX as f64,
+        DType::I8 => i8::MAX as f64,
+        DType::I16 => i16::MAX as f64,
+        DType::I32 => i32::MAX as f64,
+        _ => i64::MAX as f64,
+    }
 }
 
 fn gelu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {

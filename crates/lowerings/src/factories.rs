@@ -15,6 +15,8 @@ pub fn register(r: &mut Registry) {
     r.add("_to_copy", to_copy);
     r.add_specialized("arange", arange);
     r.add_specialized("linspace", linspace);
+    r.add_specialized("range", range);
+    r.add("_make_dep_token", make_dep_token);
     // Their float arguments are validated (std >= 0, 0 <= p <= 1), so their values are part of
     // the cache key: a cached program must never skip a check.
     r.add_specialized("uniform", uniform);
@@ -133,6 +135,71 @@ fn linear_values(cx: &mut Cx, dtype: DType, n: i64, start: f64, step: f64) -> Re
     let v = cx.mul(i, st);
     let v = cx.add(v, s0);
     one(cx.cast(v, dtype))
+}
+
+/// range.out(start, end, step, out) (every overload ends there): like arange with the end
+/// included. PyTorch's CPU kernel converts the numbers to the output's accumulate type first
+/// (integer outputs truncate them: range(0.5, 3.7, dtype=long) is 0..=3) and sizes the result
+/// as trunc((end - start) / step) + 1; an out= tensor with that many elements keeps its shape.
+fn range(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let out = args.tensor("out").ok();
+    let dtype = match out {
+        Some(o) => o.dtype,
+        None => args.dtype("dtype")?.unwrap_or(DType::F32),
+    };
+    check!(
+        dtype != DType::Bool && !dtype.is_complex(),
+        NotImplemented,
+        "\"range_cpu\" not implemented for '{}'",
+        dtype.torch_name()
+    );
+    let conv = |s: Scalar| -> f64 {
+        let v = scalar_f64(s);
+        match dtype {
+            d if d.is_integral() => v.trunc(),
+            DType::F16 | DType::BF16 => v as f32 as f64,
+            _ => v,
+        }
+    };
+    let start = conv(args.scalar("start")?);
+    let end = conv(args.scalar("end")?);
+    let step = conv(args.opt_scalar("step")?.unwrap_or(Scalar::Int(1)));
+    check!(step != 0.0, Runtime, "step must be nonzero");
+    check!(start.is_finite() && end.is_finite(), Runtime, "unsupported range: {} -> {}", fmt_num(start), fmt_num(end));
+    check!(
+        (step > 0.0 && end >= start) || (step < 0.0 && end <= start),
+        Runtime,
+        "upper bound and lower bound inconsistent with step sign"
+    );
+    let n = match dtype {
+        d if d.is_integral() => (end as i64 - start as i64) / step as i64 + 1,
+        DType::F16 | DType::BF16 => ((end as f32 - start as f32) / step as f32 + 1.0) as i64,
+        _ => ((end - start) / step + 1.0) as i64,
+    };
+    let r = linear_values(cx, dtype, n, start, step)?;
+    match (out, &r[..]) {
+        (Some(o), [Out::Tensor(v)]) if cx.numel(o.v) == n && cx.dims(o.v) != [n] => {
+            let dims = cx.dims(o.v);
+            one(cx.reshape(*v, &dims))
+        }
+        _ => Ok(r),
+    }
+}
+
+/// _make_dep_token(dtype, ...): the token _functional_assert_async threads through a graph,
+/// a 0-d tensor (its value is never read).
+fn make_dep_token(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let dt = args.dtype("dtype")?.unwrap_or(DType::F32);
+    one(cx.full(0.0, dt, &[]))
+}
+
+/// A number as PyTorch prints it in messages (integral values without a fraction).
+fn fmt_num(v: f64) -> String {
+    if v.is_finite() && v == v.trunc() && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{}", v)
+    }
 }
 
 /// linspace.out(start, end, steps, out): PyTorch fills the first half from start and the

@@ -17,6 +17,8 @@ use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
 pub fn register(r: &mut Registry) {
+    r.add("_assert_async", assert_async);
+    r.add("_functional_assert_async", assert_async);
     r.add("index_select", index_select);
     r.add("gather", gather);
     r.add("scatter", scatter);
@@ -2585,4 +2587,33 @@ fn embedding_bag_psw_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let zn = cx.full(0.0, grad.dtype, &[n]);
     one(cx.select(keep, dot, zn))
+}
+
+// ---- assertions on data ------------------------------------------------------------------------
+
+/// _assert_async(self[, assert_msg]) and _functional_assert_async.msg(self, assert_msg,
+/// dep_token): a one-element tensor that must be nonzero. Like CUDA, the value is checked on
+/// the device without waiting: a failure raises RuntimeError with the message at the next
+/// synchronization (see the engine's checks). The functional form returns its dep_token.
+fn assert_async(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let n = cx.numel(x.v);
+    check!(n != 0, Runtime, "Boolean value of Tensor with no values is ambiguous");
+    check!(n < 2, Runtime, "Boolean value of Tensor with more than one value is ambiguous");
+    let msg = match args.str("assert_msg")? {
+        Some(m) => m.to_string(),
+        None => "Expected Tensor with single nonzero value, but got zero".to_string(),
+    };
+    let v = cx.reshape(x.v, &[]);
+    let zero = cx.full(0.0, x.dtype, &[]);
+    let is_zero = cx.compare(CmpDir::Eq, v, zero);
+    let bad = cx.cast(is_zero, DType::I64);
+    let bad = cx.reshape(bad, &[1]);
+    let rest = cx.full(0.0, DType::I64, &[2]);
+    let row = cx.concatenate(&[bad, rest], 0);
+    cx.add_check(row, ErrorKind::Runtime, vec![msg]);
+    match args.opt_tensor("dep_token")? {
+        Some(t) => one(t.v),
+        None => Ok(vec![]),
+    }
 }

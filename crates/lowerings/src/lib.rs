@@ -104,6 +104,12 @@ pub const ROUTED_OPS: &[&str] = &[
     "_scaled_dot_product_fused_attention_overrideable_backward",
     // Its composite runs one product per group after reading the offsets on the host.
     "_grouped_mm",
+    // Its composite calls the CPU kernel range_out directly, which writes through data_ptr.
+    "range.out_",
+    // Its composites (FSDP2's gradient packing) pad and copy one tensor at a time, and read
+    // past a 0-d input's sizes.
+    "_chunk_cat",
+    "_chunk_cat.out",
 ];
 
 /// Ops whose device-generic kernels read or write tensor data as host memory (found by

@@ -36,6 +36,7 @@ pub fn register(r: &mut Registry) {
     r.add_specialized("smooth_l1_loss", |cx, a| robust_loss(cx, a, true));
     r.add_specialized("smooth_l1_loss_backward", |cx, a| robust_loss_backward(cx, a, true));
     r.add("mse_loss_backward", mse_loss_backward);
+    r.add_writing("batch_norm_update_stats", &["running_mean", "running_var"], batch_norm_update_stats);
     r.add("binary_cross_entropy", binary_cross_entropy);
     r.add("binary_cross_entropy_backward", binary_cross_entropy_backward);
     r.add("_weight_norm_interface", weight_norm_interface);
@@ -362,6 +363,64 @@ fn native_batch_norm_legit_no_training(cx: &mut Cx, args: &Args) -> Result<Vec<O
     let bn = batch_norm_args(cx, args)?;
     let (outs, _) = batch_norm_core(cx, args, &bn, false, false)?;
     Ok(tensors(outs))
+}
+
+/// batch_norm_update_stats(input, running_mean, running_var, momentum) -> (mean, var): the
+/// per-channel mean and biased variance (in the statistics' dtype: float32 for a 16-bit input
+/// with float32 running statistics), with the running statistics updated in place like
+/// training batch norm does (unbiased variance).
+fn batch_norm_update_stats(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("input")?;
+    let dims = cx.dims(x.v);
+    check!(dims.len() >= 2, Index, "{}", if dims.is_empty() {
+        "Dimension specified as 1 but tensor has no dimensions".to_string()
+    } else {
+        format!("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
+    });
+    check!(x.dtype.is_float(), NotImplemented, "\"batch_norm_update_stats_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let c = dims[1];
+    let rm = args.opt_tensor("running_mean")?;
+    let rv = args.opt_tensor("running_var")?;
+    for (t, name) in [(rm, "running_mean"), (rv, "running_var")] {
+        if let Some(t) = t {
+            check!(cx.numel(t.v) == c, Runtime, "{} should contain {} elements not {}", name, c, cx.numel(t.v));
+        }
+    }
+    let mixed = is_16bit(x.dtype) && [rm, rv].iter().flatten().any(|t| t.dtype == DType::F32);
+    let stat_dt = if mixed { DType::F32 } else { x.dtype };
+    let acc = acc_type(x.dtype);
+    let red: Vec<i64> = (0..dims.len() as i64).filter(|&d| d != 1).collect();
+    let v = cx.cast(x.v, acc);
+    let n = constant_count(cx, &dims, &red, acc, c);
+    let s = reduce(cx, v, &red, Red::Sum);
+    let mean = cx.div(s, n);
+    let mb = along_dim(cx, mean, &dims, 1);
+    let d = cx.sub(v, mb);
+    let d2 = cx.mul(d, d);
+    let s2 = reduce(cx, d2, &red, Red::Sum);
+    let var = cx.div(s2, n);
+    let m = scalar_float(args, "momentum", acc, cx)?;
+    let m = cx.broadcast_in_dim(m, &[c], &[]);
+    let one_ = cx.full(1.0, acc, &[c]);
+    let keep = cx.sub(one_, m);
+    let nm1 = cx.sub(n, one_);
+    let unbiased = cx.div(s2, nm1);
+    let mut res = Vec::new();
+    for (old, stat) in [(rm, mean), (rv, unbiased)] {
+        if let Some(old) = old {
+            let o = cx.cast(old.v, acc);
+            let o = cx.reshape(o, &[c]);
+            let a = cx.mul(o, keep);
+            let b = cx.mul(stat, m);
+            let r = cx.add(a, b);
+            let r = cx.cast(r, old.dtype);
+            let od = cx.dims(old.v);
+            res.push(Out::Tensor(cx.reshape(r, &od)));
+        }
+    }
+    res.push(Out::Tensor(cx.cast(mean, stat_dt)));
+    res.push(Out::Tensor(cx.cast(var, stat_dt)));
+    Ok(res)
 }
 
 /// The element count of each channel's statistics, as a [C] vector of `acc`.
@@ -802,6 +861,13 @@ fn nll_loss_backward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> 
 // ---- mse_loss ------------------------------------------------------------------------------------
 
 /// The promoted float dtype of a loss's operands, with PyTorch's error for integers.
+/// The dtype of a loss backward whose CPU kernel also runs integers (mse, smooth_l1): Some
+/// for an integral (not bool) result.
+fn int_loss_dtype(ts: &[Tensor]) -> Option<DType> {
+    let dt = result_type(&ts.iter().map(|t| (t.dtype, t.rank)).collect::<Vec<_>>()).unwrap();
+    (dt.is_integral() && dt != DType::Bool).then_some(dt)
+}
+
 fn loss_dtype(ts: &[Tensor], kernel: &str) -> Result<DType> {
     let dt = result_type(&ts.iter().map(|t| (t.dtype, t.rank)).collect::<Vec<_>>()).unwrap();
     check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
@@ -833,8 +899,18 @@ fn mse_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let g = args.tensor("grad_output")?;
     let x = args.tensor("self")?;
     let y = args.tensor("target")?;
-    let dt = loss_dtype(&[x, y, g], "mse_backward_cpu")?;
     let red = reduction(args)?;
+    if let Some(dt) = int_loss_dtype(&[x, y, g]) {
+        // PyTorch's integer kernel: the norm (2 / numel for a mean) truncated to the dtype.
+        let norm = if red == Reduction::Mean { (2.0 / cx.numel(x.v) as f64).trunc() } else { 2.0 };
+        let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, dt)).collect();
+        let vs = cx.broadcast_all(&vals)?;
+        let d = cx.sub(vs[0], vs[1]);
+        let k = constant(cx, norm, d);
+        let d = cx.mul(k, d);
+        return one(cx.mul(d, vs[2]));
+    }
+    let dt = loss_dtype(&[x, y, g], "mse_backward_cpu")?;
     let acc = acc_type(dt);
     let norm = if red == Reduction::Mean { 2.0 / cx.numel(x.v) as f64 } else { 2.0 };
     let vals: Vec<Value> = [x, y, g]
@@ -1017,9 +1093,34 @@ fn robust_loss_backward(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec
     let g = args.tensor("grad_output")?;
     let x = args.tensor("self")?;
     let y = args.tensor("target")?;
-    let dt = loss_dtype(&[x, y, g], if smooth_l1 { "smooth_l1_backward_cpu" } else { "huber_backward_cpu" })?;
     let red = reduction(args)?;
     let t = robust_threshold(args, smooth_l1)?;
+    if let (true, Some(dt)) = (smooth_l1, int_loss_dtype(&[x, y, g])) {
+        // PyTorch's integer kernel (its vectorized loop, which most elements take):
+        // norm * (x >= beta ? sign(x) : x / beta) * grad, beta and norm truncated to the dtype
+        // (norm is 1 / numel for a mean).
+        let norm = if red == Reduction::Mean { (1.0 / cx.numel(x.v) as f64).trunc() } else { 1.0 };
+        let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, dt)).collect();
+        let vs = cx.broadcast_all(&vals)?;
+        let d = cx.sub(vs[0], vs[1]);
+        let zero = constant(cx, 0.0, d);
+        let pos = cx.compare(CmpDir::Gt, d, zero);
+        let p1 = constant(cx, 1.0, d);
+        let m1 = constant(cx, -1.0, d);
+        let sign = cx.select(pos, p1, m1);
+        let bt = t.trunc();
+        let bv = constant(cx, bt, d);
+        let ad = cx.abs(d);
+        let big = cx.compare(CmpDir::Ge, ad, bv);
+        // beta 0 never divides (|x| >= 0); keep the divisor nonzero for the unused lanes.
+        let safe = if bt == 0.0 { p1 } else { bv };
+        let q = cx.div(d, safe);
+        let o = cx.select(big, sign, q);
+        let k = constant(cx, norm, d);
+        let o = cx.mul(k, o);
+        return one(cx.mul(o, vs[2]));
+    }
+    let dt = loss_dtype(&[x, y, g], if smooth_l1 { "smooth_l1_backward_cpu" } else { "huber_backward_cpu" })?;
     let acc = acc_type(dt);
     let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, acc)).collect();
     let vs = cx.broadcast_all(&vals)?;

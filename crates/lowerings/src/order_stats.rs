@@ -21,6 +21,8 @@ pub fn register(r: &mut Registry) {
     r.add("kthvalue", kthvalue);
     r.add("mode", mode);
     r.add("aminmax", aminmax);
+    // The older names (_aminmax(self) and _aminmax.dim(self, dim, keepdim)) compute the same.
+    r.add("_aminmax", aminmax);
     r.add("_cummax_helper", |cx, a| cummax_cummin(cx, a, true));
     r.add("_cummin_helper", |cx, a| cummax_cummin(cx, a, false));
     // The functional forms (compiled graphs keep them; eager goes through the helpers).

@@ -10,6 +10,8 @@ use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
 pub fn register(r: &mut Registry) {
     r.add("cat", cat);
+    r.add("narrow_copy", narrow_copy);
+    r.add("_chunk_cat", chunk_cat);
     r.add("flip", flip);
     r.add("roll", roll);
     r.add("tril", |cx, a| triangle(cx, a, true));
@@ -298,4 +300,100 @@ fn channel_shuffle(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     perm.extend(3..split.len() as i64);
     let t = cx.transpose(v, &perm);
     one(cx.reshape(t, &xd))
+}
+
+/// narrow_copy(self, dim, start, length) (its out= form; the functional one is a composite):
+/// a copy of `length` entries of `dim` from `start`, with PyTorch's CPU checks.
+fn narrow_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dims = cx.dims(x.v);
+    check!(!dims.is_empty(), Runtime, "narrow() cannot be applied to a 0-dim tensor.");
+    if let Ok(out) = args.tensor("out") {
+        check!(
+            out.dtype == x.dtype,
+            Runtime,
+            "Expected self.dtype() == output.dtype() to be true, but got false.  (Could this error message be improved?  If so, please report an enhancement request to PyTorch.)"
+        );
+    }
+    let dim = wrap_dim(args.int("dim")?, dims.len())?;
+    let mut start = args.int("start")?;
+    let length = args.int("length")?;
+    let cur = dims[dim];
+    check!(
+        -cur <= start && start <= cur,
+        Index,
+        "start out of range (expected to be in range of [{}, {}], but got {})",
+        -cur,
+        cur,
+        start
+    );
+    if start < 0 {
+        start += cur;
+    }
+    check!(start <= cur - length, Runtime, "start ({}) + length ({}) exceeds dimension size ({}).", start, length, cur);
+    check!(length >= 0, Runtime, "narrow(): length must be non-negative.");
+    let n = dims.len();
+    let mut lo = vec![0; n];
+    lo[dim] = start;
+    let mut hi = dims.clone();
+    hi[dim] = start + length;
+    one(cx.slice(x.v, &lo, &hi, &vec![1; n]))
+}
+
+/// _chunk_cat(tensors, dim, num_chunks) (FSDP2's gradient packing): each tensor padded with
+/// zeros along `dim` to a multiple of num_chunks, viewed as [..dim, num_chunks, -1], and the
+/// views concatenated along dim + 1. PyTorch's checks; a 0-d input, which PyTorch's kernel
+/// reads past its sizes for, gets the IndexError of `size(dim)`.
+fn chunk_cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let ts = args.tensors("tensors")?;
+    let dim = args.int("dim")?;
+    let num_chunks = args.int("num_chunks")?;
+    check!(num_chunks >= 1, Runtime, "_chunk_cat expects positive num_chunks");
+    check!(!ts.is_empty(), Runtime, "_chunk_cat expects a non-empty input tensor list");
+    let shapes: Vec<Vec<i64>> = ts.iter().map(|t| cx.dims(t.v)).collect();
+    for (t, s) in ts.iter().zip(&shapes) {
+        check!(s.iter().product::<i64>() > 0, Runtime, "_chunk_cat expects non-empty tensor");
+        check!(t.dtype == ts[0].dtype, Runtime, "_chunk_cat expects all input tensors with the same dtype");
+    }
+    let dim = if shapes.iter().all(|s| s.len() == shapes[0].len()) {
+        let d = wrap_dim(dim, shapes[0].len())?;
+        check!(!shapes[0].is_empty(), Index, "Dimension specified as {} but tensor has no dimensions", dim);
+        d
+    } else {
+        check!(dim >= 0, Runtime, "_chunk_cat expects non-negative dim when input tensors have different ndims");
+        for s in &shapes {
+            check!((dim as usize) < s.len(), Runtime, "_chunk_cat expects dim < ndim for all input tensors");
+        }
+        dim as usize
+    };
+    for s in &shapes {
+        check!(s[..dim] == shapes[0][..dim], Runtime, "_chunk_cat expects same sizes of 0,...,dim-1 dimensions for all tensors");
+    }
+    if let Ok(out) = args.tensor("out") {
+        check!(
+            can_cast(ts[0].dtype, out.dtype),
+            Runtime,
+            "result type {} can't be cast to the desired output type {}",
+            ts[0].dtype.torch_name(),
+            out.dtype.torch_name()
+        );
+    }
+    let mut parts = Vec::new();
+    for (t, s) in ts.iter().zip(&shapes) {
+        let size = s[dim];
+        let padded = (size + num_chunks - 1) / num_chunks * num_chunks;
+        let mut v = t.v;
+        if padded != size {
+            let zero = cx.full(0.0, t.dtype, &[]);
+            let mut high = vec![0; s.len()];
+            high[dim] = padded - size;
+            v = cx.pad(v, zero, &vec![0; s.len()], &high, &vec![0; s.len()]);
+        }
+        let inner = padded / num_chunks * s[dim + 1..].iter().product::<i64>();
+        let mut view = s[..dim].to_vec();
+        view.push(num_chunks);
+        view.push(inner);
+        parts.push(cx.reshape(v, &view));
+    }
+    one(cx.concatenate(&parts, dim as i64 + 1))
 }

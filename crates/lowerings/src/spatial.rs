@@ -28,6 +28,10 @@ pub fn register(r: &mut Registry) {
     r.add("avg_pool3d_backward", |cx, a| avg_pool_backward(cx, a, 3));
     r.add("_adaptive_avg_pool2d", |cx, a| adaptive_avg_pool(cx, a, 2));
     r.add("_adaptive_avg_pool3d", |cx, a| adaptive_avg_pool(cx, a, 3));
+    // The out= forms (their functional forms are composites calling the underscored ops).
+    r.add("adaptive_avg_pool2d", |cx, a| adaptive_avg_pool(cx, a, 2));
+    r.add("adaptive_avg_pool3d", |cx, a| adaptive_avg_pool(cx, a, 3));
+    r.add("adaptive_avg_pool3d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 3));
     r.add("_adaptive_avg_pool2d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 2));
     r.add("_adaptive_avg_pool3d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 3));
     r.add("adaptive_max_pool2d", |cx, a| adaptive_max_pool(cx, a, 2));
@@ -954,6 +958,11 @@ fn adaptive_avg_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
     let gd = cx.dims(g.v);
     let dims = cx.dims(x.v);
     let name = format!("adaptive_avg_pool{}d_backward", n);
+    if n == 3 && dims.len() < 4 {
+        // PyTorch's CPU kernel reads input.size(-4) first.
+        check!(!dims.is_empty(), Index, "Dimension specified as -4 but tensor has no dimensions");
+        bail!(Index, "Dimension out of range (expected to be in range of [-{}, {}], but got -4)", dims.len(), dims.len() - 1);
+    }
     check!(
         gd.len() == dims.len() && (gd.len() == n + 1 || gd.len() == n + 2),
         Runtime,

@@ -20,6 +20,9 @@ pub fn register(r: &mut Registry) {
     r.add("polygamma", polygamma);
     r.add("special_polygamma", polygamma);
     r.add("logit", logit);
+    // mvlgamma.out and mvlgamma_ (special_multigammaln.out calls mvlgamma.out); the functional
+    // form is PyTorch's composite of the same steps.
+    r.add("mvlgamma", mvlgamma);
     r.add("special_logit", logit);
     r.add("logit_backward", logit_backward);
     r.add("xlogy", |cx, a| xlog(cx, a, false));
@@ -2194,4 +2197,39 @@ fn airy_ai_values(cx: &mut Cx, x: Value) -> Value {
     let ax = cx.abs(x);
     let inf = cmp_k(cx, CmpDir::Eq, ax, f64::INFINITY);
     cx.select(inf, nan, r)
+}
+
+/// mvlgamma(self, p): sum over j < p of lgamma(x - j / 2), plus p (p - 1) / 4 log(pi), in
+/// self's float dtype (the default float for integers), as PyTorch's composite computes it:
+/// the lgamma terms rounded to the dtype, summed in ascending order of the offsets
+/// ((1 - p) / 2, ..., 0).
+fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let p = args.int("p")?;
+    check!(x.dtype != DType::Bool, Runtime, "The input tensor may not be a boolean tensor.");
+    check!(p >= 1, Runtime, "p has to be greater than or equal to 1");
+    check!(!x.dtype.is_complex(), NotImplemented, "\"lgamma_vml_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let dt = if x.dtype.is_float() { x.dtype } else { DType::F32 };
+    let acc = acc_type(dt);
+    let dims = cx.dims(x.v);
+    let xv = cx.cast(x.v, acc);
+    let mut total: Option<Value> = None;
+    for j in (0..p).rev() {
+        // Offsets in the order PyTorch's arange makes them: -(p - 1) / 2 first.
+        let off = -(j as f64) * 0.5;
+        let o = cx.full(off, acc, &dims);
+        let t = cx.add(xv, o);
+        let t = cx.chlo("lgamma", &[t]);
+        let t = crate::nn::round_to(cx, t, dt);
+        total = Some(match total {
+            None => t,
+            Some(s) => cx.add(s, t),
+        });
+    }
+    let total = total.unwrap();
+    let c = (p * (p - 1)) as f64 * std::f64::consts::PI.ln() * 0.25;
+    let cv = cx.full(c, acc, &dims);
+    let total = crate::nn::round_to(cx, total, dt);
+    let r = cx.add(total, cv);
+    one(cx.cast(r, dt))
 }
