@@ -34,10 +34,11 @@ def test_release_ignores_the_local_build_tag():
 
 
 def _other_torch_venvs():
-    """(python, torch version) of sibling venvs whose torch release differs from ours."""
+    """(python, torch version) of sibling venvs whose torch release differs from ours and that
+    have their own torchtpu installed (its autoload entry point is what warns there)."""
     found = []
     for py in sorted(glob.glob(os.path.join(ROOT, ".venv-torch*", "bin", "python"))):
-        out = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        out = subprocess.run([py, "-c", "import importlib.metadata as m; m.version('torchtpu'); print(m.version('torch'))"],
                              capture_output=True, text=True, env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
         if out.returncode == 0 and _extension.release(out.stdout.strip()) != _extension.release(torch.__version__):
             found.append((py, out.stdout.strip()))
