@@ -349,3 +349,25 @@ def test_native_dropout_backward():
     # Dropped NaN/inf gradients stay NaN and signs of zero are kept, as in grad * mask * scale.
     special = torch.tensor([float("nan"), float("inf"), -2.0, 3.0, float("nan")])
     check(A.native_dropout_backward, special, torch.tensor([False, False, False, False, True]), 2.0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.float64])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_glu_jvp_and_backward_jvp(dtype, dim):
+    A = torch.ops.aten
+    x, dx = make((4, 6), dtype), make((4, 6), dtype)
+    half = list(x.shape)
+    half[dim] //= 2
+    g, dg = make(half, dtype), make(half, dtype)
+    tol = {} if dtype in (torch.float32, torch.float64) else dict(atol=5e-2, rtol=5e-2)
+    check(lambda *a: A.glu_backward_jvp(*a, dim), x, g, x, dg, dx, **tol)
+    if dtype in (torch.bfloat16, torch.float16):  # PyTorch's CPU glu_jvp kernel has no 16-bit floats
+        check_error(lambda *a: A.glu_jvp(*a, dim), F.glu(x, dim), x, dx)
+        return
+    check(lambda *a: A.glu_jvp(*a, dim), F.glu(x, dim), x, dx, **tol)
+    check(lambda *a: A.glu_jvp(*a, dim), F.glu(x.t(), dim), x.t(), dx.t(), **tol)
+    check(lambda *a: A.glu_jvp.out(*a, dim, out=torch.empty(0, dtype=dtype, device=a[0].device)), F.glu(x, dim), x, dx, **tol)
+    e = make((0, 6), dtype)
+    check(lambda *a: A.glu_jvp(*a, 1), F.glu(e, 1), e, e)
+    check_error(lambda *a: A.glu_jvp(*a, 0), make((), dtype), make((), dtype), make((), dtype))
+    check_error(lambda *a: A.glu_jvp(*a, 1), make((4, 4), dtype), x, dx)  # narrow past the end

@@ -251,3 +251,54 @@ def test_equal():
     n = torch.tensor([float("nan")])
     assert torch.equal(n.to(TPU), n.to(TPU)) == torch.equal(n, n)
     assert torch.equal(torch.empty(0, device="tpu"), torch.empty(0, device="tpu")) is True
+
+
+# ---- _add_relu (add then clamp at 0, PyTorch's fused kernel for mobile/JIT) ----------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8])
+def test_add_relu(dtype):
+    A = torch.ops.aten
+    x, y = make((5, 6), dtype), make((5, 6), dtype)
+    check(A._add_relu, x, y)
+    check(lambda a, b: A._add_relu(a, b, alpha=2), x, y)
+    check(A._add_relu, x.t(), y.t()[:1])  # non-contiguous, broadcast
+    check(A._add_relu, make((), dtype), make((), dtype))
+    check(A._add_relu, make((0, 3), dtype), make((0, 3), dtype))
+    check(lambda a: A._add_relu(a, 2, 3), x)  # .Scalar
+    check_inplace(lambda a, b: A._add_relu_(a, b), x, y)
+    check_inplace(lambda a: A._add_relu_(a, -1), x)
+    check(lambda a, b: A._add_relu(a, b, out=torch.empty(0, dtype=dtype, device=a.device)), x, y)
+
+
+def test_add_relu_promotion_and_limits():
+    A = torch.ops.aten
+    check(lambda a: A._add_relu(a, 2.5), torch.tensor([1, -5, 2]))  # int + float number -> float
+    check(lambda a, b: A._add_relu(a, b, alpha=2.5), torch.tensor([1, -2, 3]), torch.tensor([1, 2, -3]))  # alpha truncated
+    check(A._add_relu, torch.tensor([float("inf"), -float("inf"), 1.0]), torch.tensor([1.0, 1.0, -3.0]))
+    check(A._add_relu, torch.tensor([100, 20], dtype=torch.int8), torch.tensor([100, 3]))  # clamped at int8's max
+    for dt in (torch.bool, torch.float16, torch.bfloat16, torch.uint8):
+        e = check_error(A._add_relu, make((3,), dt), make((3,), dt))
+        assert "Unsupported datatype for add_relu" in str(e)
+    check_error(lambda a, b: A._add_relu(a, b, out=torch.empty(2, dtype=torch.int64, device=a.device)),
+                torch.randn(2), torch.randn(2))
+
+
+def test_clamp_min_max_bool_tensors():
+    b, c = make((4, 5), torch.bool), make((4, 5), torch.bool)
+    for f in (torch.clamp_min, torch.clamp_max):
+        check(f, b, c)
+        check(f, b.t(), c[:1].t())
+        check(f, make((), torch.bool), make((), torch.bool))
+        check(f, make((0, 2), torch.bool), make((0, 2), torch.bool))
+        check(f, b, make((4, 5), torch.int64))  # promotes to int64
+        check_error(f, b, True)  # the number overloads still raise
+    check_inplace(lambda a, m: a.clamp_min_(m), b, c)
+    check_inplace(lambda a, m: a.clamp_max_(m), b, c)
+    check(lambda xs, ys: torch._foreach_clamp_min(xs, ys), [b, b[:2]], [c, c[:2]])
+    check(lambda xs, ys: torch._foreach_clamp_max(xs, ys), [b, b[:2]], [c, c[:2]])
+    xs = [b.clone(), b[:2].clone()]
+    ts = [x.to(TPU) for x in xs]
+    torch._foreach_clamp_max_(xs, [c, c[:2]])
+    torch._foreach_clamp_max_(ts, [c.to(TPU), c[:2].to(TPU)])
+    for x, t in zip(xs, ts):
+        assert torch.equal(t.cpu(), x)

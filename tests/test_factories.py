@@ -106,3 +106,89 @@ def test_normal_with_tensor_mean_and_std():
     assert abs(a.mean() - 3.0) < 0.05 and abs(a.std() - 0.5) < 0.05
     b = torch.normal(mean[:1].expand(3, 4000), std).cpu()
     assert b.shape == (3, 4000)
+
+
+# ---- range (torch.range: arange with the end included) ------------------------------------------
+
+A = torch.ops.aten
+
+
+@pytest.mark.parametrize("args,kw", [
+    ((0, 5), {}), ((1, -1, -0.5), {}), ((0, 1, 0.1), {}), ((0.5, 3.7), dict(dtype=torch.int64)),
+    ((-3, 7, 2), dict(dtype=torch.int32)), ((0, 2, 0.3), dict(dtype=torch.float16)),
+    ((0, 2, 0.25), dict(dtype=torch.bfloat16)), ((0, 3, 2), dict(dtype=torch.float64)), ((0, 0), {}),
+    ((0, 2), dict(dtype=torch.uint8)),
+])
+def test_range_matches_cpu(args, kw):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exp = torch.range(*args, **kw)
+        got = torch.range(*args, device=TPU, **kw)
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), exp)
+
+
+def test_range_overloads_and_out():
+    exp = A.range.default(0, 3)
+    torch.testing.assert_close(A.range.default(0, 3, device=TPU).cpu(), exp)
+    torch.testing.assert_close(A.range.step(0, 3, 2, device=TPU).cpu(), A.range.step(0, 3, 2))
+    # range.out_: its composite calls the CPU kernel on raw data; routed to the lowering.
+    for out in (torch.empty(0), torch.empty(7, dtype=torch.int32), torch.empty(2, 2), torch.empty(3, 2)[:, 0]):
+        cpu = out.clone()
+        A.range.out_(0, 3, out=cpu)
+        dev = out.to(TPU) if out.is_contiguous() else torch.empty(3, 2, device=TPU)[:, 0]
+        r = A.range.out_(0, 3, out=dev)
+        assert r is dev
+        torch.testing.assert_close(dev.cpu(), cpu)
+    cpu, dev = torch.empty(2, 2), torch.empty(2, 2, device=TPU)  # same numel: keeps its shape
+    A.range.out(0, 1.5, 0.5, out=cpu)
+    A.range.out(0, 1.5, 0.5, out=dev)
+    torch.testing.assert_close(dev.cpu(), cpu)
+
+
+@pytest.mark.parametrize("args,kw", [
+    ((5, 0), {}), ((0, float("inf")), {}), ((0, 2), dict(dtype=torch.bool)), ((0, 2), dict(dtype=torch.complex64)),
+])
+def test_range_errors_like_cpu(args, kw):
+    with pytest.warns(UserWarning):
+        with pytest.raises(Exception) as cpu:
+            torch.range(*args, **kw)
+    with pytest.warns(UserWarning):
+        with pytest.raises(type(cpu.value), match=str(cpu.value)[:20].replace("(", r"\(")):
+            torch.range(*args, device=TPU, **kw)
+
+
+# ---- window functions and the _cast_* family (composites over lowered ops) ----------------------
+
+@pytest.mark.parametrize("fn,kw", [
+    (torch.hann_window, {}), (torch.hamming_window, {}), (torch.blackman_window, {}),
+    (torch.bartlett_window, {}), (torch.kaiser_window, {}), (torch.kaiser_window, dict(beta=5.0)),
+    (torch.hamming_window, dict(alpha=0.5, beta=0.4)),
+])
+@pytest.mark.parametrize("n", [0, 1, 7, 16])
+@pytest.mark.parametrize("periodic", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_window_functions(fn, kw, n, periodic, dtype):
+    exp = fn(n, periodic=periodic, dtype=dtype, **kw)
+    got = fn(n, periodic=periodic, dtype=dtype, device=TPU, **kw)
+    assert got.device.type == "tpu"
+    torch.testing.assert_close(got.cpu(), exp, **({} if dtype != torch.bfloat16 else dict(atol=1e-2, rtol=1e-2)))
+
+
+def test_window_function_errors():
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.hann_window(4, dtype=torch.int64, device=TPU)
+
+
+@pytest.mark.parametrize("name,dtype", [
+    ("_cast_Float", torch.float32), ("_cast_Double", torch.float64), ("_cast_Half", torch.float16),
+    ("_cast_Long", torch.int64), ("_cast_Int", torch.int32), ("_cast_Short", torch.int16),
+    ("_cast_Char", torch.int8), ("_cast_Byte", torch.uint8),
+])
+@pytest.mark.parametrize("src", [torch.float32, torch.int64, torch.bool])
+def test_cast_family(name, dtype, src):
+    # Non-negative values: a negative float to uint8 is undefined in C++ (CPU wraps by chance).
+    for x in (make((3, 4), src, low=0), make((), src, low=0), make((0, 2), src), make((4, 3), src, low=0).t()):
+        got = check(getattr(torch, name), x)
+        assert got.dtype == dtype

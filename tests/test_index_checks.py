@@ -469,3 +469,37 @@ EDGES = {
 def test_edge_cases_match_cpu(name):
     fn, args = EDGES[name]
     same_outcome(fn, *args)
+
+
+# ---- _assert_async: data assertions, raised at the next synchronization like CUDA's ------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_assert_async(dtype):
+    A = torch.ops.aten
+    one_, zero = torch.ones((), dtype=dtype, device=TPU), torch.zeros((1,), dtype=dtype, device=TPU)
+    A._assert_async(one_)
+    A._assert_async.msg(one_.reshape(1, 1), "fine")
+    torch.tpu.synchronize()
+    A._assert_async(zero)
+    with pytest.raises(RuntimeError, match="Expected Tensor with single nonzero value, but got zero"):
+        torch.tpu.synchronize()
+    A._assert_async.msg(zero, "my check failed")
+    with pytest.raises(RuntimeError, match="my check failed"):
+        zero.cpu()
+    torch.tpu.synchronize()  # reported once
+    for bad in (torch.ones(2, device=TPU), torch.ones(0, device=TPU)):
+        with pytest.raises(RuntimeError, match="Boolean value of Tensor") as e:
+            A._assert_async(bad)
+        with pytest.raises(RuntimeError, match=str(e.value)):
+            A._assert_async(bad.cpu())
+
+
+def test_functional_assert_async_and_dep_token():
+    A = torch.ops.aten
+    tok = A._make_dep_token(device=TPU)
+    assert tok.device.type == "tpu" and tok.shape == () and tok.dtype == torch.float32
+    t2 = A._functional_assert_async.msg(torch.tensor(True, device=TPU), "ok", tok)
+    assert t2.device.type == "tpu" and t2.shape == ()
+    A._functional_assert_async.msg(torch.tensor(0.0, device=TPU), "functional check failed", tok)
+    with pytest.raises(RuntimeError, match="functional check failed"):
+        torch.tpu.synchronize()

@@ -515,3 +515,24 @@ def test_batch_norm_with_update_backward():
 def test_batch_norm_with_update_errors():
     x = make((4, 3, 5))
     check_error(A._batch_norm_with_update, x.long(), None, None, torch.zeros(3), torch.ones(3), 0.1, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16])
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_mse_and_smooth_l1_backward_integers(dtype, reduction):
+    # PyTorch's CPU kernels run integers (the norm and beta truncated to the dtype). beta 1
+    # makes its scalar and vectorized loops agree (a beta under 1 divides by zero on CPU).
+    A = torch.ops.aten
+    x, y, g = make((5, 7), dtype), make((5, 7), dtype), make((5, 7), dtype)
+    for args in ((g, x, y), (g.t(), x.t(), y.t()), (make((), dtype), x, y), (make((), dtype), make((), dtype), make((), dtype))):
+        check(lambda *a: A.mse_loss_backward(*a, reduction), *args)
+        for beta in (1.0,):
+            check(lambda *a: A.smooth_l1_loss_backward(*a, reduction, beta), *args)
+    e = make((0, 3), dtype)
+    if reduction == 1:  # the norm 2 / 0 does not convert to an integer
+        check_error(lambda *a: A.mse_loss_backward(*a, reduction), e, e, e)
+    else:
+        check(lambda *a: A.mse_loss_backward(*a, reduction), e, e, e)
+    check(lambda *a: A.mse_loss_backward(*a, reduction, grad_input=torch.empty(0, dtype=dtype, device=a[0].device)), g, x, y)
+    b = make((3,), torch.bool)
+    check_error(lambda *a: A.mse_loss_backward(*a, reduction), b, b, b)

@@ -589,3 +589,23 @@ def test_weight_norm_interface_errors():
     _, n = op(v, g, 0)
     check_error(bw, make((4, 3), torch.float64), v, g, n, 0)  # grad_w's dtype differs
     check_error(bw, make((4, 3)), v, g, n.double(), 0)  # norms' dtype differs
+
+
+@pytest.mark.parametrize("dtype,stat", [(torch.float32, torch.float32), (torch.float64, torch.float64),
+                                        (torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16)])
+def test_batch_norm_update_stats(dtype, stat):
+    A = torch.ops.aten
+    for shape in ((6, 3), (4, 3, 5), (2, 3, 4, 4)):
+        x = make(shape, dtype)
+        for xv in (x, x.transpose(0, -1).contiguous().transpose(0, -1)):
+            rm, rv = make((3,), stat), make((3,), stat, low=0.5)
+            trm, trv = rm.to(TPU), rv.to(TPU)
+            exp = A.batch_norm_update_stats(xv, rm, rv, 0.1)
+            got = A.batch_norm_update_stats(xv.to(TPU), trm, trv, 0.1)
+            tol = dict(atol=2e-2, rtol=2e-2) if torch.bfloat16 in (dtype, stat) else {}
+            for g, e in zip((*got, trm, trv), (*exp, rm, rv)):
+                torch.testing.assert_close(g.cpu(), e, **tol)
+    x = make((4, 3))
+    check(lambda a: A.batch_norm_update_stats(a, None, None, 0.1), x)
+    check_error(lambda a: A.batch_norm_update_stats(a, None, None, 0.1), make(()))
+    check_error(lambda a: A.batch_norm_update_stats(a, None, None, 0.1), make((4, 3), torch.int64))

@@ -380,3 +380,25 @@ def test_histogramdd_errors():
     check_error(_histdd, torch.tensor([[1.0, float("inf")]]), [2, 2])
     check_error(_histdd, make((5, 2)), [2, 2], None, range=[0.0, 1.0])
     check_error(lambda t, a, b: torch.histogramdd(t, [a, b]), make((5, 2)), make((3,)), make((3,), torch.float64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_underscore_aminmax_and_aminmax_overloads(dtype):
+    A = torch.ops.aten
+    x = make((4, 5), dtype)
+    for v in (x, x.t(), make((), dtype)):
+        check(A._aminmax, v)
+        check(lambda a: A._aminmax(a, 0), v)
+        check(lambda a: A._aminmax(a, -1, True), v)
+        check(A.aminmax, v)
+        check(lambda a: A.aminmax(a, dim=0, keepdim=True), v)
+    check(lambda a: A.aminmax.out(a, dim=1, min=torch.empty(0, dtype=dtype, device=a.device),
+                                  max=torch.empty(0, dtype=dtype, device=a.device)), x)
+    check(lambda a: A._aminmax.out(a, out0=torch.empty(0, dtype=dtype, device=a.device),
+                                   out1=torch.empty(0, dtype=dtype, device=a.device)), x)
+    check(lambda a: A._aminmax.dim_out(a, 1, out0=torch.empty(0, dtype=dtype, device=a.device),
+                                       out1=torch.empty(0, dtype=dtype, device=a.device)), x)
+    check(lambda a: A._aminmax(a, 1), make((0, 3), dtype))
+    check_error(A._aminmax, make((0, 3), dtype))
+    check_error(lambda a: A._aminmax(a, 0), make((0, 3), dtype))
+    check_error(lambda a: A._aminmax(a, 2), x)

@@ -234,3 +234,52 @@ def test_channel_shuffle(dtype):
     check(lambda a: torch.nn.ChannelShuffle(2)(a.transpose(2, 3)), make((2, 4, 3, 5), dtype))
     check_error(lambda a: F.channel_shuffle(a, 2), make((1, 5, 2), dtype))
     check_error(lambda a: F.channel_shuffle(a, 2), make((1, 4), dtype))
+
+
+# ---- narrow_copy.out, _chunk_cat --------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_narrow_copy_out(dtype):
+    x = make((5, 6), dtype)
+    f = lambda a, d, s, n: torch.narrow_copy(a, d, s, n, out=torch.empty(0, dtype=dtype, device=a.device))
+    for args in ((1, 1, 3), (0, -3, 2), (-1, 0, 0), (0, 5, 0)):
+        check(f, x, *args)
+        check(f, x.t(), *args)
+    check(f, make((0, 3), dtype), 1, 1, 2)
+    check_error(f, make((), dtype), 0, 0, 1)
+    check_error(f, x, 1, 7, 1)
+    check_error(f, x, 1, 4, 3)
+    check_error(lambda a: torch.narrow_copy(a, 0, 0, 1, out=torch.empty(0, dtype=torch.float64, device=a.device)), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_chunk_cat(dtype):
+    ts = [make((5, 3), dtype), make((2, 3), dtype), make((7, 3), dtype).t().t()]
+    for n in (1, 2, 3, 8):
+        check(lambda xs: torch._chunk_cat(xs, 0, n), ts)
+        check(lambda xs: torch._chunk_cat(xs, 1, n), [make((3, 5), dtype), make((3, 2), dtype).t().contiguous().t()])
+        check(lambda xs: torch._chunk_cat(xs, -1, n), [make((4, 5), dtype).t()])
+    mixed = [make((2, 5), dtype), make((2, 3, 4), dtype)]  # different ndims, same leading dims
+    check(lambda xs: torch._chunk_cat(xs, 1, 2), mixed)
+    # FSDP2's use: out= a view of a flat buffer, and an up-cast out.
+    for odt in (dtype, torch.float32):
+        check(lambda xs: torch._chunk_cat(xs, 0, 2, out=torch.empty(2 * 3 * 8, dtype=odt, device=xs[0].device).view(2, -1)),
+              ts)
+
+
+def test_chunk_cat_errors_like_pytorch():
+    x = make((4, 3))
+    for bad in (lambda d: torch._chunk_cat([x.to(d)], 0, 0), lambda d: torch._chunk_cat([], 0, 2),
+                lambda d: torch._chunk_cat([x.to(d), make((0, 3)).to(d)], 0, 2),
+                lambda d: torch._chunk_cat([x.to(d), x.long().to(d)], 0, 2),
+                lambda d: torch._chunk_cat([x.to(d), make((5, 3)).to(d)], 1, 2),
+                lambda d: torch._chunk_cat([x.to(d), make((4, 3, 2)).to(d)], -1, 2),
+                lambda d: torch._chunk_cat([x.to(d)], 2, 2)):
+        with pytest.raises(Exception) as cpu:
+            bad("cpu")
+        with pytest.raises(type(cpu.value)):
+            bad(TPU)
+    # A 0-d input: PyTorch's kernel reads past its sizes (it crashes on CPU); tpu raises
+    # the IndexError of size(dim).
+    with pytest.raises(IndexError, match="no dimensions"):
+        torch._chunk_cat([torch.tensor(1.0, device=TPU)], 0, 2)

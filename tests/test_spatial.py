@@ -483,3 +483,19 @@ def test_errors():
     y, i = F.max_pool2d(x, 2, return_indices=True)
     check_error(lambda y, i: F.max_unpool2d(y, i, 2), y, i.int())
     check_error(lambda x, s: F.fractional_max_pool2d(x, 4, output_size=5, _random_samples=s), x, torch.rand(2, 3, 2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_adaptive_avg_pool_out_forms(dtype):
+    A = torch.ops.aten
+    x2, x3 = make((2, 3, 7, 6), dtype), make((2, 3, 5, 7, 6), dtype)
+    for v in (x2, x2.transpose(2, 3), x2[0]):
+        check(lambda a: A.adaptive_avg_pool2d.out(a, [3, 2], out=torch.empty(0, dtype=dtype, device=a.device)), v)
+    for v in (x3, x3.transpose(2, 4), x3[0]):
+        check(lambda a: A.adaptive_avg_pool3d.out(a, [2, 3, 4], out=torch.empty(0, dtype=dtype, device=a.device)), v)
+    g = make((2, 3, 2, 3, 4), dtype)
+    check(lambda gg, a: A.adaptive_avg_pool3d_backward.grad_input(gg, a, grad_input=torch.empty(0, dtype=dtype, device=a.device)), g, x3)
+    check_error(lambda a: A.adaptive_avg_pool2d.out(a, [2, 2], out=torch.empty(0, dtype=dtype, device=a.device)), make((2, 3), dtype))
+    for bad in (make((2, 3), dtype), make((), dtype)):
+        check_error(lambda gg, a: A.adaptive_avg_pool3d_backward.grad_input(gg, a, grad_input=torch.empty(0, dtype=dtype, device=a.device)), bad, bad)
+        check_error(A._adaptive_avg_pool3d_backward, bad, bad)

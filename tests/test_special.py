@@ -487,3 +487,17 @@ def test_polynomial_and_bessel_compiled():
         expected = f(x, n)
         got = torch.compile(f, backend="tpu")(x.to(TPU), n.to(TPU))
         _compare(to_cpu(got), expected, 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])
+@pytest.mark.parametrize("p", [1, 3])
+def test_mvlgamma_out_and_inplace(dtype, p):
+    x = make((4, 5), dtype, low=2, high=6)
+    odt = dtype if dtype.is_floating_point else torch.float32
+    for v in (x, x.t(), make((), dtype, low=2, high=6), make((0, 3), dtype)):
+        check(lambda a: torch.mvlgamma(a, p, out=torch.empty(0, dtype=odt, device=a.device)), v)
+        check(lambda a: torch.special.multigammaln(a, p, out=torch.empty(0, dtype=odt, device=a.device)), v)
+    if dtype.is_floating_point:
+        check_inplace(lambda a: a.mvlgamma_(p), x)
+    check_error(lambda a: torch.mvlgamma(a, 0, out=torch.empty(0, device=a.device)), x)
+    check_error(lambda a: torch.mvlgamma(a, p, out=torch.empty(0, device=a.device)), make((3,), torch.bool))

@@ -110,6 +110,10 @@ pub const ROUTED_OPS: &[&str] = &[
     // past a 0-d input's sizes.
     "_chunk_cat",
     "_chunk_cat.out",
+    // Their composites run a kernel stub that only CPU and CUDA register.
+    "kaiser_window",
+    "kaiser_window.periodic",
+    "kaiser_window.beta",
 ];
 
 /// Ops whose device-generic kernels read or write tensor data as host memory (found by

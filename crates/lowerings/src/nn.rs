@@ -861,6 +861,20 @@ fn nll_loss_backward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> 
 // ---- mse_loss ------------------------------------------------------------------------------------
 
 /// The promoted float dtype of a loss's operands, with PyTorch's error for integers.
+/// A loss kernel's norm converted to an integer dtype like c10's checked Scalar conversion
+/// (a mean over no elements is infinite and raises).
+fn int_norm(norm: f64, dt: DType) -> Result<f64> {
+    let name = match dt {
+        DType::I64 => "int64_t",
+        DType::I32 => "int",
+        DType::I16 => "int16_t",
+        DType::I8 => "int8_t",
+        _ => "uint8_t",
+    };
+    check!(norm.is_finite(), Runtime, "value cannot be converted to type {} without overflow", name);
+    Ok(norm.trunc())
+}
+
 /// The dtype of a loss backward whose CPU kernel also runs integers (mse, smooth_l1): Some
 /// for an integral (not bool) result.
 fn int_loss_dtype(ts: &[Tensor]) -> Option<DType> {
@@ -902,7 +916,7 @@ fn mse_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let red = reduction(args)?;
     if let Some(dt) = int_loss_dtype(&[x, y, g]) {
         // PyTorch's integer kernel: the norm (2 / numel for a mean) truncated to the dtype.
-        let norm = if red == Reduction::Mean { (2.0 / cx.numel(x.v) as f64).trunc() } else { 2.0 };
+        let norm = int_norm(if red == Reduction::Mean { 2.0 / cx.numel(x.v) as f64 } else { 2.0 }, dt)?;
         let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, dt)).collect();
         let vs = cx.broadcast_all(&vals)?;
         let d = cx.sub(vs[0], vs[1]);
@@ -1099,7 +1113,7 @@ fn robust_loss_backward(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec
         // PyTorch's integer kernel (its vectorized loop, which most elements take):
         // norm * (x >= beta ? sign(x) : x / beta) * grad, beta and norm truncated to the dtype
         // (norm is 1 / numel for a mean).
-        let norm = if red == Reduction::Mean { (1.0 / cx.numel(x.v) as f64).trunc() } else { 1.0 };
+        let norm = int_norm(if red == Reduction::Mean { 1.0 / cx.numel(x.v) as f64 } else { 1.0 }, dt)?;
         let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, dt)).collect();
         let vs = cx.broadcast_all(&vals)?;
         let d = cx.sub(vs[0], vs[1]);

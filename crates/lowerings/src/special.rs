@@ -23,6 +23,7 @@ pub fn register(r: &mut Registry) {
     // mvlgamma.out and mvlgamma_ (special_multigammaln.out calls mvlgamma.out); the functional
     // form is PyTorch's composite of the same steps.
     r.add("mvlgamma", mvlgamma);
+    r.add("kaiser_window", kaiser_window);
     r.add("special_logit", logit);
     r.add("logit_backward", logit_backward);
     r.add("xlogy", |cx, a| xlog(cx, a, false));
@@ -2232,4 +2233,44 @@ fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let total = crate::nn::round_to(cx, total, dt);
     let r = cx.add(total, cv);
     one(cx.cast(r, dt))
+}
+
+/// kaiser_window(window_length, periodic, beta, dtype): i0(beta sqrt(1 - ((k - a) / a)^2)) /
+/// i0(beta) with a = (N - 1) / 2 over N = window_length (+ 1 when periodic, the last dropped),
+/// in f32 for 16-bit dtypes. Routed: PyTorch's composite runs a CPU-only kernel stub.
+fn kaiser_window(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let n = args.int("window_length")?;
+    let periodic = args.bool_or("periodic", true)?;
+    let dt = args.dtype("dtype")?.unwrap_or(DType::F32);
+    check!(
+        dt.is_float(),
+        Runtime,
+        "kaiser_window expects floating point dtypes, got: TensorOptions(dtype={})",
+        dt.torch_name()
+    );
+    check!(n >= 0, Runtime, "kaiser_window requires non-negative window length, got window_length={}", n);
+    if n <= 1 {
+        return one(cx.full(1.0, dt, &[n]));
+    }
+    let len = if periodic { n + 1 } else { n };
+    let acc = acc_type(dt);
+    let beta = match args.opt_scalar("beta")? {
+        Some(s) => cx.scalar_like(s, acc, &[n]),
+        None => cx.full(12.0, acc, &[n]),
+    };
+    let k = cx.iota(&TensorType { elem: acc.elem(), dims: vec![n] }, 0);
+    // PyTorch's kernel gets arange's values in the window's dtype.
+    let k = crate::nn::round_to(cx, k, dt);
+    let alpha = cx.full((len - 1) as f64 / 2.0, acc, &[n]);
+    let r = cx.sub(k, alpha);
+    let r = cx.div(r, alpha);
+    let r2 = cx.mul(r, r);
+    let one_ = cx.full(1.0, acc, &[n]);
+    let t = cx.sub(one_, r2);
+    let t = cx.sqrt(t);
+    let t = cx.mul(beta, t);
+    let num = bessel_i0(cx, t, false);
+    let den = bessel_i0(cx, beta, false);
+    let w = cx.div(num, den);
+    one(cx.cast(w, dt))
 }
