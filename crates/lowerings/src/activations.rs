@@ -674,6 +674,11 @@ fn glu_jvp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dim = wrap_dim(args.int("dim")?, xd.len())?;
     let h = size_at(cx, r.v, dim)?;
     check!(!xd.is_empty(), Runtime, "narrow() cannot be applied to a 0-dim tensor.");
+    let cdt = compute_dtype(r.dtype);
+    let xv = cx.cast(x.v, cdt);
+    let dv = cx.cast(dx.v, cdt);
+    let (_, b) = glu_halves(cx, xv, dim, h)?;
+    let (da, db) = glu_halves(cx, dv, dim, h)?;
     // PyTorch's CPU kernel has no 16-bit floats.
     check!(
         matches!(r.dtype, DType::F32 | DType::F64),
@@ -681,11 +686,6 @@ fn glu_jvp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         "\"glu_jvp_cpu\" not implemented for '{}'",
         r.dtype.torch_name()
     );
-    let cdt = compute_dtype(r.dtype);
-    let xv = cx.cast(x.v, cdt);
-    let dv = cx.cast(dx.v, cdt);
-    let (_, b) = glu_halves(cx, xv, dim, h)?;
-    let (da, db) = glu_halves(cx, dv, dim, h)?;
     let rv = cx.cast(r.v, cdt);
     let vs = cx.broadcast_all(&[rv, b, da, db])?;
     let sb = cx.logistic(vs[1]);

@@ -377,6 +377,12 @@ fn batch_norm_update_stats(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     } else {
         format!("Dimension out of range (expected to be in range of [-1, 0], but got 1)")
     });
+    check!(
+        dims.iter().product::<i64>() > 0,
+        Runtime,
+        "input tensor must have at least one element, but got input_sizes = {:?}",
+        dims
+    );
     check!(x.dtype.is_float(), NotImplemented, "\"batch_norm_update_stats_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let c = dims[1];
     let rm = args.opt_tensor("running_mean")?;
