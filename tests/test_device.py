@@ -99,21 +99,21 @@ def test_errors_match_cpu():
 
 # An op with a CPU kernel and no tpu lowering yet (change it when it gets one).
 def test_missing_lowering_names_the_op():
-    x = torch.ones(2, 3, 4, device="tpu")
-    with pytest.raises(NotImplementedError, match="aten::batch_norm_update_stats"):
-        torch.batch_norm_update_stats(x, None, None, 0.1)
+    x, c = torch.ones(3, 2, device="tpu"), torch.ones(1, 3, device="tpu")
+    with pytest.raises(NotImplementedError, match="aten::_compute_linear_combination"):
+        torch._compute_linear_combination(x, c)
 
 
 def test_cpu_fallback_warns_once():
     code = (
         "import warnings, torch, torchtpu\n"
-        "x = torch.arange(24.0).reshape(2, 3, 4).to('tpu')\n"
-        "stats = lambda t: torch.batch_norm_update_stats(t, None, None, 0.1)\n"
+        "x = torch.arange(6.0).reshape(3, 2).to('tpu'); c = torch.tensor([[1.0, 2.0, 3.0]], device='tpu')\n"
+        "combine = torch._compute_linear_combination\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
-        "    a = stats(x); b = stats(x)\n"
-        "assert a[0].device.type == 'tpu'\n"
-        "torch.testing.assert_close([t.cpu() for t in a], list(stats(x.cpu())))\n"
+        "    a = combine(x, c); b = combine(x, c)\n"
+        "assert a.device.type == 'tpu'\n"
+        "torch.testing.assert_close(a.cpu(), combine(x.cpu(), c.cpu()))\n"
         "print(sum('no tpu lowering' in str(m.message) for m in w))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
