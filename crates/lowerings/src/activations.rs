@@ -6,7 +6,7 @@
 use crate::args::{Args, Scalar, Tensor};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{result_type, DType};
-use crate::error::Result;
+use crate::error::{Result, TorchError};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, Value};
 
@@ -332,7 +332,9 @@ fn elu_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn hardtanh(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    check!(x.dtype != DType::Bool, Runtime, "Bool inputs not supported for hardtanh");
+    if x.dtype == DType::Bool {
+        return Err(TorchError::new(crate::torch_version::bool_activation_error(), "Bool inputs not supported for hardtanh"));
+    }
     let cdt = compute_dtype(x.dtype);
     let v = cx.cast(x.v, cdt);
     let lo = match args.opt_scalar("min_val")? {
@@ -554,8 +556,13 @@ fn softshrink(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         x.dtype.torch_name(),
         lambd
     );
+    let input_dtype = x.dtype;
     unary(cx, args, "softshrink_cpu", |cx, args, x| {
-        let l = s(cx, args, "lambd", x)?;
+        let mut l = s(cx, args, "lambd", x)?;
+        if crate::torch_version::softshrink_rounds_lambda() && input_dtype != cx.dtype(x) {
+            let rounded = cx.cast(l, input_dtype);
+            l = cx.cast(rounded, cx.dtype(x));
+        }
         let nl = cx.neg(l);
         let above = cx.compare(CmpDir::Gt, x, l);
         let below = cx.compare(CmpDir::Lt, x, nl);

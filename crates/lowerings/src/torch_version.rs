@@ -24,3 +24,15 @@ pub fn bool_minus_error() -> ErrorKind {
         ErrorKind::Runtime
     }
 }
+
+/// Activations given a bool tensor ("Bool inputs not supported for hardtanh"):
+/// NotImplementedError from torch 2.14, RuntimeError before.
+pub fn bool_activation_error() -> ErrorKind {
+    bool_minus_error()
+}
+
+/// softshrink rounds lambda to a 16-bit input's dtype before comparing from torch 2.14
+/// (an input equal to the rounded lambda then shrinks to 0); before, it compared in float.
+pub fn softshrink_rounds_lambda() -> bool {
+    at_least_2(14)
+}
