@@ -122,6 +122,9 @@ def test_cholesky_info_and_errors():
 
 def test_cholesky_deprecated():
     a = spd((2, 4, 4))
+    if not hasattr(torch.ops.aten, "cholesky"):  # torch 2.14 removed it: the same error on tpu
+        check_error(torch.cholesky, a)
+        return
     check(torch.cholesky, a, atol=1e-4, rtol=1e-4)
     check(lambda t: torch.cholesky(t, upper=True), a, atol=1e-4, rtol=1e-4)
     # The CPU kernel raises a LinAlgError; the device raises a RuntimeError (its base class)
