@@ -577,3 +577,17 @@ def test_compile_graph():
     got = torch.compile(f, backend="tpu")(*to_tpu((a, b)))
     for g, e in zip(got, f(a, b)):
         torch.testing.assert_close(g.cpu(), e, atol=1e-4, rtol=1e-4)
+
+
+def test_compiled_linalg_error_check():
+    # torch 2.14 puts linalg's error checks in graphs as effectful ops: they run after the
+    # program and raise CPU's LinAlgError.
+    f = torch.compile(lambda a, b: torch.linalg.solve(a, b), backend="tpu")
+    b = rnd((3, 2))
+    with pytest.raises(torch.linalg.LinAlgError) as cpu_error:
+        torch.linalg.solve(torch.zeros(3, 3), b)
+    with pytest.raises(torch.linalg.LinAlgError) as tpu_error:
+        f(*to_tpu((torch.zeros(3, 3), b)))
+    assert str(tpu_error.value) == str(cpu_error.value)
+    a = well((3, 3))
+    torch.testing.assert_close(f(*to_tpu((a, b))).cpu(), torch.linalg.solve(a, b), atol=1e-4, rtol=1e-4)

@@ -33,6 +33,9 @@ _DTYPE_CODES = {
 }
 
 
+_WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
+
+
 class _Encoder:
     """Turns an FX graph of aten ops into (nodes, outputs) for `_C.register_graph`."""
 
@@ -40,6 +43,8 @@ class _Encoder:
         self.index = {}
         self.num_inputs = 0
         self.nodes = []
+        # Effectful ops to run eagerly after the program: (op, args, kwargs).
+        self.after = []
         # Symbolic sizes' values for this specialization (sympy symbol -> int).
         self.bindings = bindings or {}
 
@@ -85,17 +90,37 @@ class _Encoder:
         if target is operator.getitem:
             src, i = node.args
             kind, payload = self.index[src]
+            if kind == "effects":
+                token, inner, returns = payload
+                # Item 0 is the effect token (handed back as the graph got it); the op's own
+                # results follow.
+                self.index[node] = ("token", token) if i == 0 else (inner if returns == 1 else ("item", (inner[1], i - 1)))
+                return
             self.index[node] = ("item", (payload, i))
+            return
+        if target is _WITH_EFFECTS:
+            # with_effects(token, op, *args) orders an effectful op by threading a token. The
+            # op runs eagerly after the program (its tensor arguments come back as outputs):
+            # a linalg error check reads its info tensor and raises LinAlgError, as in eager.
+            token, op, *args = node.args
+            if op._schema.returns:
+                raise NotImplementedError(f"torchtpu.compile: effectful op {op} with results in a graph")
+            self.after.append((op, args, dict(node.kwargs)))
+            self.index[node] = ("effects", (token, None, 0))
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise NotImplementedError(f"torchtpu.compile: unsupported graph call {target}")
-        schema = target._schema
+        self.index[node] = self.record(target, node.args, node.kwargs)
+
+    def record(self, op, args, kwargs):
+        """Adds a call of `op` to the program; returns its index entry."""
+        schema = op._schema
         names, values = [], []
         for k, a in enumerate(schema.arguments):
-            if k < len(node.args):
-                v = node.args[k]
-            elif a.name in node.kwargs:
-                v = node.kwargs[a.name]
+            if k < len(args):
+                v = args[k]
+            elif a.name in kwargs:
+                v = kwargs[a.name]
             elif a.has_default_value():
                 v = a.default_value
             else:
@@ -103,7 +128,7 @@ class _Encoder:
             names.append(a.name)
             values.append(self.value(v))
         self.nodes.append((schema.name, names, values))
-        self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
+        return ("ref", self.num_inputs + len(self.nodes) - 1)
 
 
 def _mutates_input(node):
@@ -251,11 +276,15 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     for x in example_inputs:
         if not isinstance(x, (torch.Tensor, int, torch.SymInt)):
             raise NotImplementedError(f"torchtpu.compile: graph input {x!r} ({type(x).__name__}) is not supported")
+    # Effect tokens (inputs threaded through with_effects) carry no data and are None at run
+    # time: the program never reads them, and a token output is the token input.
+    tokens = {n.args[0] for n in nodes if n.op == "call_function" and n.target is _WITH_EFFECTS}
     host = _HostPart(nodes, placeholders, example_inputs)
     host_writes = {i: n for i, n in host_writes.items() if n not in host.computed}  # else written on the host
     # The tensor inputs the device program reads (host ones only where a device op uses them).
     tensor_inputs = [i for i, x in enumerate(example_inputs)
-                     if isinstance(x, torch.Tensor) and (x.device.type == "tpu" or placeholders[i] in host.read_by_device)]
+                     if isinstance(x, torch.Tensor) and placeholders[i] not in tokens
+                     and (x.device.type == "tpu" or placeholders[i] in host.read_by_device)]
     symbolic = _is_symbolic(nodes)
     # A graph that reads no tensor (it only makes some) still needs one for the dispatcher to
     # find the device: an empty one, which the program ignores.
@@ -278,7 +307,9 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         # outputs, sizes and constants are handed back as they are.
         plan, computed = [], []
         for o in output if isinstance(output, (list, tuple)) else [output]:
-            if isinstance(o, torch.fx.Node) and o.op == "placeholder":
+            if isinstance(o, torch.fx.Node) and enc.index.get(o, ("",))[0] == "token":
+                plan.append(("input", placeholders.index(enc.index[o][1])))
+            elif isinstance(o, torch.fx.Node) and o.op == "placeholder":
                 plan.append(("input", placeholders.index(o)))
             elif o in host.computed:
                 plan.append(("host", o))
@@ -293,6 +324,16 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         for i, node in host_writes.items():
             host_copies.append((i, len(computed)))
             computed.append(enc.value(node))
+        after = []  # (op, args with ("out", k) for the program's k-th result, kwargs)
+        for op, args, kwargs in enc.after:
+            refs = []
+            for a in args:
+                if isinstance(a, torch.fx.Node):
+                    refs.append(("out", len(computed)))
+                    computed.append(enc.value(a))
+                else:
+                    refs.append(("const", a))
+            after.append((op, refs, kwargs))
         mutated_refs = [tensor_inputs.index(i) for i in mutated]
         graph_id = _C.register_graph(enc.num_inputs, enc.nodes, computed, mutated_refs)
         stats["graph"], stats["nodes"] = graph_id, len(enc.nodes)
@@ -301,13 +342,14 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
             sizes = ", ".join(f"{k}={v}" for k, v in bindings.items())
             log.info("torchtpu.compile: %s graph %d lowered for sizes %s (specialization #%d)", kind, graph_id, sizes,
                      stats["specializations"])
-        return graph_id, plan, host_copies, bool(computed), bindings
+        return graph_id, plan, host_copies, after, bool(computed), bindings
 
     static = None if symbolic else specialize({})
     by_sizes = {}
 
     def execute(args):
-        graph_id, plan, host_copies, has_outputs, bindings = static or _lookup(by_sizes, placeholders, args, specialize)
+        graph_id, plan, host_copies, after, has_outputs, bindings = static or _lookup(by_sizes, placeholders, args,
+                                                                                      specialize)
         env = host.run_before(args, bindings)
         tensors = [*(args[i] for i in tensor_inputs), *constants[1], *host.device_inputs(env)]
         if anchor:
@@ -318,6 +360,8 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
             results = torch.ops.torchtpu.run_graph(graph_id, tensors) if has_outputs else []
         for i, k in host_copies:
             args[i].copy_(results[k])
+        for op, refs, kwargs in after:
+            op(*(results[x] if kind == "out" else x for kind, x in refs), **kwargs)
         host.run_after(args, env, bindings)
         out = []
         for kind, x in plan:
