@@ -443,7 +443,20 @@ fn check_mv(cx: &Cx, s: Option<&Tensor>, m: &Tensor, v: &Tensor) -> Result<i64> 
         md[1],
         vd[0]
     );
-    check_scalar_type(m.dtype, v.dtype)?;
+    if crate::torch_version::addmv_names_all_dtypes() {
+        // mv's result (the "input" here) takes the vector's dtype.
+        let sdt = s.map_or(v.dtype, |s| s.dtype);
+        check!(
+            sdt == m.dtype && m.dtype == v.dtype,
+            Runtime,
+            "addmv input tensors must have the same dtype, but got {}, {}, and {}",
+            sdt.torch_name(),
+            m.dtype.torch_name(),
+            v.dtype.torch_name()
+        );
+    } else {
+        check_scalar_type(m.dtype, v.dtype)?;
+    }
     not_bool(m.dtype, "addmv_impl_cpu")?;
     Ok(n)
 }
@@ -471,13 +484,15 @@ fn trace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dims = cx.dims(x.v);
     check!(dims.len() == 2, Runtime, "trace: expected a matrix, but got tensor with dim {}", dims.len());
+    let half = matches!(x.dtype, DType::BF16 | DType::F16);
     check!(
-        !matches!(x.dtype, DType::Bool | DType::BF16 | DType::F16),
+        x.dtype != DType::Bool && (!half || crate::torch_version::trace_has_16_bit_floats()),
         NotImplemented,
         "\"trace\" not implemented for '{}'",
         x.dtype.torch_name()
     );
-    let dt = if x.dtype.is_integral() { DType::I64 } else { x.dtype };
+    // 16-bit floats add up in float32 and round once, as CPU's kernel accumulates.
+    let dt = if x.dtype.is_integral() { DType::I64 } else if half { DType::F32 } else { x.dtype };
     let v = cx.cast(x.v, dt);
     let ty = TensorType::new(ElemType::I64, &dims);
     let rows = cx.iota(&ty, 0);
@@ -487,7 +502,7 @@ fn trace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let v = cx.select(diag, v, zeros);
     let zero = cx.b.constant_f64(0.0, dt.elem());
     let r = cx.reduce(&[v], &[zero], &[0, 1], |b, a| vec![b.add(a[0], a[1])]);
-    one(r[0])
+    one(if half { cx.cast(r[0], x.dtype) } else { r[0] })
 }
 
 // ---- batches of matrices: small builders --------------------------------------------------------

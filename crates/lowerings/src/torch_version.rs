@@ -36,3 +36,14 @@ pub fn bool_activation_error() -> ErrorKind {
 pub fn softshrink_rounds_lambda() -> bool {
     at_least_2(14)
 }
+
+/// addmv/mv with operands of different dtypes: from torch 2.12 one message names all three
+/// ("addmv input tensors must have the same dtype, ..."); before, the first mismatch.
+pub fn addmv_names_all_dtypes() -> bool {
+    at_least_2(12)
+}
+
+/// trace of float16/bfloat16 matrices: runs on CPU from torch 2.13 (NotImplementedError before).
+pub fn trace_has_16_bit_floats() -> bool {
+    at_least_2(13)
+}
