@@ -426,6 +426,11 @@ def test_group_norm(dtype):
     for shape, g in GN_SHAPES:
         x = make(shape, dtype)
         c = shape[1]
+        try:
+            F.group_norm(x, g)
+        except RuntimeError:  # torch 2.14 rejects inputs without spatial elements
+            check_error(F.group_norm, x, g)
+            continue
         check(F.group_norm, x, g, **tol)
         check(F.group_norm, x, g, make((c,), dtype), make((c,), dtype), 1e-3, **tol)
         check(F.group_norm, x, g, make((c,), dtype), None, **tol)

@@ -290,10 +290,16 @@ fn cdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.reshape(res, &out_shape))
 }
 
+/// The incoming gradient of _cdist_backward/_pdist_backward: `grad_output` from torch 2.14,
+/// `grad` before.
+fn incoming_grad(args: &Args) -> Result<Tensor> {
+    args.tensor(if args.get("grad_output").is_some() { "grad_output" } else { "grad" })
+}
+
 /// _cdist_backward(grad, x1, x2, p, cdist): the gradient for x1 (over the broadcast batch;
 /// autograd reduces it). PyTorch computes x2's gradient with the same op, arguments swapped.
 fn cdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let g = args.tensor("grad")?;
+    let g = incoming_grad(args)?;
     let x1 = args.tensor("x1")?;
     let x2 = args.tensor("x2")?;
     let dist = args.tensor("cdist")?;
@@ -423,7 +429,7 @@ fn pdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// _pdist_backward(grad, self, p, pdist): each row gets the gradients of its pairs; the
 /// pairwise gradient is odd in the difference, so row i sums it over all j != i.
 fn pdist_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let g = args.tensor("grad")?;
+    let g = incoming_grad(args)?;
     let x = args.tensor("self")?;
     let dist = args.tensor("pdist")?;
     let p = float_arg(args, "p")?;
@@ -1557,6 +1563,9 @@ fn native_group_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let b = args.opt_tensor("bias")?;
     let (n, c, hw, group) = group_dims(cx, args, &x)?;
     group_norm_checks(cx, &x, w, b, c, group)?;
+    if crate::torch_version::group_norm_rejects_empty_spatial() {
+        check!(hw > 0, Runtime, "Expected HxW to be greater than 0, got {}", hw);
+    }
     check!(x.dtype.is_float(), NotImplemented, "\"GroupNormKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
     let stat_dt = group_param_dtype(x.dtype, &[w, b])?;
     let xd = cx.dims(x.v);

@@ -47,3 +47,8 @@ pub fn addmv_names_all_dtypes() -> bool {
 pub fn trace_has_16_bit_floats() -> bool {
     at_least_2(13)
 }
+
+/// native_group_norm rejects inputs with no spatial elements (HxW = 0) from torch 2.14.
+pub fn group_norm_rejects_empty_spatial() -> bool {
+    at_least_2(14)
+}
