@@ -247,34 +247,10 @@ fn batch_norm_core(
     let eps = cx.broadcast_in_dim(eps, &[c], &[]);
     let mut updated = None;
     let (mean, invstd) = if training {
-        let n = constant_count(cx, &dims, &red, acc, c);
-        let s = reduce(cx, v, &red, Red::Sum);
-        let mean = cx.div(s, n);
-        let mb = along_dim(cx, mean, &dims, 1);
-        let d = cx.sub(v, mb);
-        let d2 = cx.mul(d, d);
-        let s2 = reduce(cx, d2, &red, Red::Sum);
-        let var = cx.div(s2, n);
+        let (mean, var, unbiased) = channel_stats(cx, v, &dims, &red, acc, c);
         if let (true, Some(rm), Some(rv)) = (update, bn.rm, bn.rv) {
-            // running = (1 - momentum) running + momentum stat, with the unbiased variance.
             let m = scalar_float(args, "momentum", acc, cx)?;
-            let m = cx.broadcast_in_dim(m, &[c], &[]);
-            let one_ = cx.full(1.0, acc, &[c]);
-            let keep = cx.sub(one_, m);
-            let nm1 = cx.sub(n, one_);
-            let unbiased = cx.div(s2, nm1);
-            let mut news = Vec::new();
-            for (old, stat) in [(rm, mean), (rv, unbiased)] {
-                let o = cx.cast(old.v, acc);
-                let o = cx.reshape(o, &[c]);
-                let a = cx.mul(o, keep);
-                let b = cx.mul(stat, m);
-                let r = cx.add(a, b);
-                let r = cx.cast(r, old.dtype);
-                let od = cx.dims(old.v);
-                news.push(cx.reshape(r, &od));
-            }
-            updated = Some((news[0], news[1]));
+            updated = Some((running_update(cx, &rm, mean, m, acc, c), running_update(cx, &rv, unbiased, m, acc, c)));
         }
         let ve = cx.add(var, eps);
         (mean, cx.rsqrt(ve))
@@ -397,31 +373,12 @@ fn batch_norm_update_stats(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let acc = acc_type(x.dtype);
     let red: Vec<i64> = (0..dims.len() as i64).filter(|&d| d != 1).collect();
     let v = cx.cast(x.v, acc);
-    let n = constant_count(cx, &dims, &red, acc, c);
-    let s = reduce(cx, v, &red, Red::Sum);
-    let mean = cx.div(s, n);
-    let mb = along_dim(cx, mean, &dims, 1);
-    let d = cx.sub(v, mb);
-    let d2 = cx.mul(d, d);
-    let s2 = reduce(cx, d2, &red, Red::Sum);
-    let var = cx.div(s2, n);
+    let (mean, var, unbiased) = channel_stats(cx, v, &dims, &red, acc, c);
     let m = scalar_float(args, "momentum", acc, cx)?;
-    let m = cx.broadcast_in_dim(m, &[c], &[]);
-    let one_ = cx.full(1.0, acc, &[c]);
-    let keep = cx.sub(one_, m);
-    let nm1 = cx.sub(n, one_);
-    let unbiased = cx.div(s2, nm1);
     let mut res = Vec::new();
     for (old, stat) in [(rm, mean), (rv, unbiased)] {
         if let Some(old) = old {
-            let o = cx.cast(old.v, acc);
-            let o = cx.reshape(o, &[c]);
-            let a = cx.mul(o, keep);
-            let b = cx.mul(stat, m);
-            let r = cx.add(a, b);
-            let r = cx.cast(r, old.dtype);
-            let od = cx.dims(old.v);
-            res.push(Out::Tensor(cx.reshape(r, &od)));
+            res.push(Out::Tensor(running_update(cx, &old, stat, m, acc, c)));
         }
     }
     res.push(Out::Tensor(cx.cast(mean, stat_dt)));
@@ -1292,4 +1249,37 @@ fn weight_norm_interface_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> 
     let grad_v = cx.mul(scale, d);
     let grad_v = cx.cast(grad_v, v.dtype);
     Ok(vec![Out::Tensor(grad_v), Out::Tensor(grad_g_out)])
+}
+
+/// Per-channel (dim 1) statistics of `v`, in its (accumulation) dtype, over the `red` dims:
+/// (mean, biased variance, unbiased variance).
+fn channel_stats(cx: &mut Cx, v: Value, dims: &[i64], red: &[i64], acc: DType, c: i64) -> (Value, Value, Value) {
+    let n = constant_count(cx, dims, red, acc, c);
+    let s = reduce(cx, v, red, Red::Sum);
+    let mean = cx.div(s, n);
+    let mb = along_dim(cx, mean, dims, 1);
+    let d = cx.sub(v, mb);
+    let d2 = cx.mul(d, d);
+    let s2 = reduce(cx, d2, red, Red::Sum);
+    let var = cx.div(s2, n);
+    let one_ = cx.full(1.0, acc, &[c]);
+    let nm1 = cx.sub(n, one_);
+    let unbiased = cx.div(s2, nm1);
+    (mean, var, unbiased)
+}
+
+/// A running statistic's new value: (1 - momentum) running + momentum stat, computed in `acc`,
+/// in the running tensor's dtype and shape.
+fn running_update(cx: &mut Cx, old: &Tensor, stat: Value, momentum: Value, acc: DType, c: i64) -> Value {
+    let m = cx.broadcast_in_dim(momentum, &[c], &[]);
+    let one_ = cx.full(1.0, acc, &[c]);
+    let keep = cx.sub(one_, m);
+    let o = cx.cast(old.v, acc);
+    let o = cx.reshape(o, &[c]);
+    let a = cx.mul(o, keep);
+    let b = cx.mul(stat, m);
+    let r = cx.add(a, b);
+    let r = cx.cast(r, old.dtype);
+    let od = cx.dims(old.v);
+    cx.reshape(r, &od)
 }
