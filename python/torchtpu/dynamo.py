@@ -24,13 +24,8 @@ _graphs = []
 def recompile_warn_threshold():
     return int(os.environ.get("TORCHTPU_RECOMPILE_WARN", "8"))
 
-# c10::ScalarType codes of the dtypes the lowerings know.
-_DTYPE_CODES = {
-    torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4, torch.float16: 5,
-    torch.float32: 6, torch.float64: 7, torch.complex64: 9, torch.complex128: 10, torch.bool: 11,
-    torch.bfloat16: 15, torch.float8_e5m2: 23, torch.float8_e4m3fn: 24, torch.uint16: 27, torch.uint32: 28,
-    torch.uint64: 29,
-}
+# c10::ScalarType codes of the dtypes the lowerings know (the table lives in Rust).
+_DTYPE_CODES = {getattr(torch, name): code for code, name in _C.dtype_codes()}
 
 
 _WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
@@ -628,11 +623,5 @@ def _decompositions():
     lowering beats a chain of smaller ops (and some decompositions call out= factories)."""
     from torch._decomp import core_aten_decompositions
 
-    lowered = set(_C.lowered_ops())
-
-    def base(op):
-        name = op.name().split("::")[-1].split(".")[0]
-        return name[:-1] if name.endswith("_") and not name.startswith("__") else name
-
     return {op: fn for op, fn in core_aten_decompositions().items()
-            if not (isinstance(op, torch._ops.OpOverload) and base(op) in lowered)}
+            if not (isinstance(op, torch._ops.OpOverload) and _C.is_lowered(op._schema.name))}

@@ -32,6 +32,12 @@ pub enum Category {
 }
 
 impl DType {
+    /// Every dtype the lowerings know.
+    pub const ALL: [DType; 17] = {
+        use DType::*;
+        [U8, I8, I16, I32, I64, F16, F32, F64, C64, C128, Bool, BF16, F8E5M2, F8E4M3FN, U16, U32, U64]
+    };
+
     pub fn from_code(code: i8) -> Option<DType> {
         use DType::*;
         Some(match code {
@@ -54,6 +60,30 @@ impl DType {
             29 => U64,
             _ => return None,
         })
+    }
+
+    /// The attribute of the `torch` module naming this dtype (`torch.float32`).
+    pub fn python_name(self) -> &'static str {
+        use DType::*;
+        match self {
+            U8 => "uint8",
+            I8 => "int8",
+            I16 => "int16",
+            I32 => "int32",
+            I64 => "int64",
+            F16 => "float16",
+            F32 => "float32",
+            F64 => "float64",
+            C64 => "complex64",
+            C128 => "complex128",
+            Bool => "bool",
+            BF16 => "bfloat16",
+            F8E5M2 => "float8_e5m2",
+            F8E4M3FN => "float8_e4m3fn",
+            U16 => "uint16",
+            U32 => "uint32",
+            U64 => "uint64",
+        }
     }
 
     /// The name PyTorch prints in messages ("Float", "Long", ...).

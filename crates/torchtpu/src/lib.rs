@@ -209,6 +209,18 @@ fn lowered_ops() -> Vec<&'static str> {
     lowerings::registry().names()
 }
 
+/// Whether an aten op ("aten::add_") has a native lowering, by the engine's base-name rule.
+#[pyfunction]
+fn is_lowered(qualified: &str) -> bool {
+    lowerings::registry().get(lowerings::base_name(qualified)).is_some()
+}
+
+/// (c10::ScalarType code, `torch` attribute name) of every dtype the lowerings know.
+#[pyfunction]
+fn dtype_codes() -> Vec<(i8, &'static str)> {
+    lowerings::DType::ALL.iter().map(|d| (*d as i8, d.python_name())).collect()
+}
+
 /// A graph argument from Python: a tagged tuple (see python/torchtpu/dynamo.py).
 fn graph_arg(obj: &Bound<'_, PyAny>) -> PyResult<GArg> {
     let (tag, payload): (String, Bound<'_, PyAny>) = obj.extract()?;
@@ -302,6 +314,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(is_lowered, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_codes, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
     m.add_function(wrap_pyfunction!(register_device, m)?)?;
     m.add_function(wrap_pyfunction!(set_torch_version, m)?)?;
