@@ -25,10 +25,12 @@ mod builder;
 mod compute;
 mod control;
 mod elementwise;
+mod expr;
 mod literal;
 mod shape;
 mod types;
 
 pub use builder::{Builder, Precision, Value};
+pub use expr::{Ex, Operand, E};
 pub use literal::round_to;
 pub use types::{CmpDir, ConvDims, ElemType, GatherDims, RngAlgorithm, ScatterDims, TensorType};
