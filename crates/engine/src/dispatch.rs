@@ -4,9 +4,10 @@
 use crate::abi::*;
 use crate::cell::{Cell, DevBuf, Stored};
 use crate::checks;
+use crate::error::Error;
 use crate::runtime::runtime;
+use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
-use crate::Error;
 use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, Tensor, TorchError};
 use stablehlo::{ElemType, TensorType, Value};
 use std::collections::HashMap;
@@ -780,7 +781,7 @@ fn arg_at(args: &[TtArg], arg: u32, item: i32) -> &TtArg {
 }
 
 fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64], device: i32) -> Result<pjrt::Buffer, Error> {
-    let ty = crate::host::element_type(dtype);
+    let ty = element_type(dtype);
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
@@ -803,14 +804,14 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 owned.push(upload(rt, bytes, dtype, t.sizes(), device)?);
             }
             Feed::Scalar(n, elem) => {
-                let (bytes, len) = crate::host::scalar_bytes(scan.floats[n as usize], elem);
+                let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
                 owned.push(upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?);
             }
             Feed::CheckAcc => {}
             Feed::Rng(arg) => {
                 let a = &args[arg as usize];
                 let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
-                let state = [crate::host::mix(seed ^ crate::host::mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
+                let state = [mix(seed ^ mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
                 let mut bytes = [0u8; 16];
                 bytes[..8].copy_from_slice(&state[0].to_le_bytes());
                 bytes[8..].copy_from_slice(&state[1].to_le_bytes());
