@@ -1,9 +1,12 @@
 //! Storage cells: what a "tpu" storage's data pointer points at. A cell holds the storage's
 //! current device buffer (dense, in the shape of the tensor that last wrote all of it), or
-//! nothing yet (reads as zeros). Views share the cell; writes swap in a new buffer.
+//! nothing yet (reads as zeros). Views share the cell; writes swap in a new buffer. The buffer
+//! slot is a `lock::Guarded`: reading it takes the engine lock's token `&Held`, writing it
+//! `&mut Held`. Also here: device buffers counted in memory.rs, and the pending work that
+//! `synchronize` and `Marker` wait for.
 use crate::address;
+use crate::lock::{Guarded, Held};
 use lowerings::DType;
-use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -143,9 +146,16 @@ pub struct Cell {
     pub device: i32,
     /// The storage's data pointer as PyTorch sees it (address.rs); 0 until first asked for.
     addr: AtomicUsize,
-    // Read and written only while the engine lock is held (see dispatch::ENGINE).
-    state: UnsafeCell<Option<Stored>>,
+    /// The current buffer; opened with the engine lock's token (see lock.rs).
+    state: Guarded<Option<Stored>>,
 }
+
+// Cells are shared between threads (PyTorch frees storages on any thread); their buffer slot
+// is safe to share because it opens only with the engine lock's token.
+const _: () = {
+    fn shared<T: Send + Sync>() {}
+    let _ = shared::<Cell>;
+};
 
 impl Drop for Cell {
     fn drop(&mut self) {
@@ -156,16 +166,13 @@ impl Drop for Cell {
     }
 }
 
-unsafe impl Send for Cell {}
-unsafe impl Sync for Cell {}
-
 impl Cell {
     pub fn new(nbytes: i64, device: i32, state: Option<Stored>) -> *mut Cell {
         Box::into_raw(Box::new(Cell {
             nbytes: AtomicI64::new(nbytes),
             device,
             addr: AtomicUsize::new(0),
-            state: UnsafeCell::new(state),
+            state: Guarded::new(state),
         }))
     }
 
@@ -201,16 +208,14 @@ impl Cell {
         }
     }
 
-    /// # Safety
-    /// The caller holds the engine lock.
-    pub unsafe fn get(&self) -> &Option<Stored> {
-        &*self.state.get()
+    /// The current buffer, read under the engine lock.
+    pub fn get<'a>(&'a self, held: &'a Held) -> &'a Option<Stored> {
+        self.state.get(held)
     }
 
-    /// # Safety
-    /// The caller holds the engine lock.
-    pub unsafe fn set(&self, s: Option<Stored>) {
-        *self.state.get() = s;
+    /// Replaces the current buffer (or clears it) under the engine lock.
+    pub fn set(&self, held: &mut Held, s: Option<Stored>) {
+        self.state.set(held, s)
     }
 }
 

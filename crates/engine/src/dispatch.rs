@@ -1,10 +1,13 @@
 //! Running one aten call: key the call by everything that shapes its program, find the
 //! compiled executable (lower and compile on a miss), feed it the cells' buffers and runtime
-//! scalars, and hand back new cells or swap new buffers into written cells.
+//! scalars, and hand back new cells or swap new buffers into written cells. Home of the engine
+//! lock (lock.rs): its data is the op table, the executable cache and the statistics, and its
+//! token opens the cells that a call reads and writes.
 use crate::abi::*;
 use crate::cell::{Cell, DevBuf, Stored};
 use crate::checks;
 use crate::error::Error;
+use crate::lock::{EngineLock, Held};
 use crate::runtime::runtime;
 use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
@@ -12,7 +15,7 @@ use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, 
 use stablehlo::{ElemType, TensorType, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub struct OpInfo {
@@ -115,12 +118,19 @@ struct Engine {
     stats: Stats,
 }
 
-static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
+// SAFETY: the process's one engine lock (the only `EngineLock::new`).
+static ENGINE: EngineLock<Option<Engine>> = unsafe { EngineLock::new(None) };
 
 fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
-    let mut g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    let e = g.get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), tick: 0, stats: Stats::default() });
+    let mut g = ENGINE.lock();
+    let e = g.data().get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), tick: 0, stats: Stats::default() });
     f(e)
+}
+
+/// Runs `f` with the engine locked: `f` gets the token that reads (`&Held`) and writes
+/// (`&mut Held`) cells.
+pub fn locked<R>(f: impl FnOnce(&mut Held) -> R) -> R {
+    f(ENGINE.lock().held())
 }
 
 /// How many executables the in-memory cache keeps at most (TORCHTPU_MAX_EXECUTABLES, default
@@ -243,7 +253,7 @@ impl Scan {
         ((self.cells.len() - 1) as u32, true)
     }
 
-    fn tensor(&mut self, t: &TtTensor) -> Result<(), Error> {
+    fn tensor(&mut self, t: &TtTensor, held: &Held) -> Result<(), Error> {
         let sizes = t.sizes();
         if t.is_host() {
             self.key.push(1 << 40 | (t.flags as u64) << 8 | t.dtype as u8 as u64);
@@ -251,10 +261,11 @@ impl Scan {
             self.key.extend(sizes.iter().map(|&s| s as u64));
             return Ok(());
         }
-        let cell = t.cell as *mut Cell;
-        let (slot, first) = self.slot(cell);
+        let (slot, first) = self.slot(t.cell as *mut Cell);
+        // SAFETY: the argument's storage keeps its cell alive for the call.
+        let cell = unsafe { &*(t.cell as *const Cell) };
         if first {
-            let device = unsafe { (*cell).device };
+            let device = cell.device;
             if self.cells.len() == 1 {
                 self.device = device;
             } else if device != self.device {
@@ -271,7 +282,7 @@ impl Scan {
         self.key.push(t.offset as u64);
         if first {
             // The base's layout shapes the program: its dtype and dims, or "nothing yet".
-            match unsafe { (*cell).get() } {
+            match cell.get(held) {
                 Some(s) => {
                     self.key.push(s.dtype as u8 as u64);
                     self.key.push(s.dims.len() as u64);
@@ -279,17 +290,17 @@ impl Scan {
                 }
                 None => {
                     self.key.push(UNINIT);
-                    self.key.push(unsafe { (*cell).nbytes() } as u64);
+                    self.key.push(cell.nbytes() as u64);
                 }
             }
         }
         Ok(())
     }
 
-    fn arg(&mut self, a: &TtArg, specialize: bool) -> Result<(), Error> {
+    fn arg(&mut self, a: &TtArg, specialize: bool, held: &Held) -> Result<(), Error> {
         self.key.push(a.kind as u64);
         match a.kind {
-            TT_TENSOR => self.tensor(a.tensor())?,
+            TT_TENSOR => self.tensor(a.tensor(), held)?,
             TT_INT | TT_BOOL | TT_SCALAR_TYPE | TT_OTHER => self.key.push(a.int() as u64),
             TT_FLOAT => {
                 let f = unsafe { a.p.f };
@@ -325,7 +336,7 @@ impl Scan {
                 let items = a.list::<TtArg>();
                 self.key.push(items.len() as u64);
                 for item in items {
-                    self.arg(item, specialize)?;
+                    self.arg(item, specialize, held)?;
                 }
             }
             _ => {}
@@ -349,15 +360,16 @@ fn no_lowering(info: &OpInfo) -> TorchError {
 }
 
 pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
-    let mut guard = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    let engine = guard.as_mut().expect("ops are registered before they are called");
+    let mut guard = ENGINE.lock();
+    let (engine, held) = guard.split();
+    let engine = engine.as_mut().expect("ops are registered before they are called");
     let info = engine.ops.get(op as usize).cloned().ok_or_else(|| Error::runtime(format!("torchtpu: unknown op id {op}")))?;
     let lowering = info.lowering.ok_or_else(|| Error::NoLowering(no_lowering(&info)))?;
 
     let mut scan = Scan { key: Vec::with_capacity(64), ..Default::default() };
     scan.key.push(op as u64);
     for a in args {
-        scan.arg(a, lowering.specialize_floats)?;
+        scan.arg(a, lowering.specialize_floats, held)?;
     }
     // A data-dependent size is computed by its own program and read back first.
     let size = match lowering.size {
@@ -365,23 +377,23 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
         Some(size_fn) => {
             let mut key = scan.key.clone();
             key.push(SIZE_PROGRAM);
-            let entry = match lookup(engine, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
+            let entry = match lookup(engine, held, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
                 Looked::Entry(e) => e,
                 Looked::Resize(..) => unreachable!("size programs write nothing"),
             };
-            let n = read_count(run(&entry, args, &scan)?)?;
+            let n = read_count(run(&entry, args, &scan, held)?, held)?;
             scan.key.push(n as u64);
             Some(n)
         }
     };
     let key = std::mem::take(&mut scan.key);
     let sizing = size.map_or(Sizing::None, Sizing::Known);
-    let entry = match lookup(engine, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
+    let entry = match lookup(engine, held, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
         Looked::Entry(e) => e,
         Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
-    run(&entry, args, &scan).map(CallResult::Done)
+    run(&entry, args, &scan, held).map(CallResult::Done)
 }
 
 const SIZE_PROGRAM: u64 = u64::MAX - 1;
@@ -402,6 +414,7 @@ enum Looked {
 #[allow(clippy::too_many_arguments)]
 fn lookup(
     engine: &mut Engine,
+    held: &Held,
     key: &[u64],
     info: &OpInfo,
     f: lowerings::LowerFn,
@@ -418,7 +431,7 @@ fn lookup(
         return Ok(Looked::Entry(c.entry.clone()));
     }
     let t0 = Instant::now();
-    let entry = match build(info, f, specialize, args, scan, sizing)? {
+    let entry = match build(info, f, specialize, args, scan, held, sizing)? {
         Built::Entry(e) => Arc::new(e),
         Built::Resize(i, dims) => return Ok(Looked::Resize(i, dims)),
     };
@@ -431,13 +444,14 @@ fn lookup(
 
 /// The number a size program produced (waits for it: a synchronization, where pending checks
 /// raise).
-fn read_count(produced: Vec<Produced>) -> Result<i64, Error> {
+fn read_count(produced: Vec<Produced>, held: &Held) -> Result<i64, Error> {
     checks::raise_pending()?;
     let Some(Produced::Tensor { cell, dtype, .. }) = produced.into_iter().next() else {
         return Err(Error::runtime("torchtpu: a size program must return one tensor"));
     };
+    // SAFETY: the size program just made this cell, and nothing else has it.
     let cell = unsafe { Box::from_raw(cell) };
-    let s = unsafe { cell.get() }.as_ref().expect("a produced cell holds a buffer");
+    let s = cell.get(held).as_ref().expect("a produced cell holds a buffer");
     let mut bytes = vec![0u8; dtype.size()];
     s.buf.buf.to_host(&mut bytes)?;
     Ok(match dtype {
@@ -462,6 +476,8 @@ struct Builder<'a> {
     cx: Cx,
     feeds: Vec<Feed>,
     scan: &'a Scan,
+    /// The engine lock's token: the builder reads the cells' buffers' types.
+    held: &'a Held,
     /// The current value of each distinct cell's base, and whether the call wrote it.
     bases: Vec<Value>,
     written: Vec<bool>,
@@ -483,8 +499,9 @@ impl Builder<'_> {
 
     fn base(&mut self, slot: u32, t: &TtTensor) -> Result<Value, Error> {
         while self.bases.len() <= slot as usize {
+            // SAFETY: the call's arguments keep their cells alive.
             let cell = unsafe { &*self.scan.cells[self.bases.len()] };
-            let v = match unsafe { cell.get() } {
+            let v = match cell.get(self.held) {
                 Some(s) => self.feed(TensorType { elem: s.dtype.elem(), dims: s.dims.clone() }, Feed::Base(self.bases.len() as u32)),
                 None => {
                     let dt = dtype_of(t.dtype)?;
@@ -596,8 +613,8 @@ impl Builder<'_> {
     }
 }
 
-fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, sizing: Sizing) -> Result<Built, Error> {
-    let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
+fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing) -> Result<Built, Error> {
+    let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
     let mut values = Vec::with_capacity(args.len());
     for (i, a) in args.iter().enumerate() {
         if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
@@ -785,7 +802,7 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
-fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Error> {
+fn run(entry: &Entry, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
     for c in &entry.host_checks {
         checks::run_host(c, args)?;
     }
@@ -826,8 +843,9 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
     for f in &entry.feeds {
         match *f {
             Feed::Base(slot) => {
+                // SAFETY: the call's arguments keep their cells alive.
                 let cell = unsafe { &*scan.cells[slot as usize] };
-                let s = unsafe { cell.get() }.as_ref().expect("a fed cell holds a buffer");
+                let s = cell.get(held).as_ref().expect("a fed cell holds a buffer");
                 inputs.push(&s.buf.buf);
             }
             Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
@@ -853,14 +871,15 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: dims.clone() }));
             }
             OutSpec::Base { slot, dtype, dims, donated } => {
+                // SAFETY: the call's arguments keep their cells alive.
                 let cell = unsafe { &*scan.cells[*slot as usize] };
                 if *donated {
                     // The old buffer's memory now belongs to the new one: release it first, so
                     // that the byte counts (and their peak) count it once.
-                    unsafe { cell.set(None) };
+                    cell.set(held, None);
                 }
                 let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                unsafe { cell.set(Some(Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() })) };
+                cell.set(held, Some(Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() }));
                 made.push(None);
             }
         }
@@ -874,10 +893,4 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
         }
     }
     Ok(produced)
-}
-
-/// Runs `f` with the engine locked: cell state may be read and written inside.
-pub fn locked<R>(f: impl FnOnce() -> R) -> R {
-    let _g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    f()
 }

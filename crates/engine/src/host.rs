@@ -36,7 +36,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
     checks::raise_pending()?;
     let cell = unsafe { &*(t.cell as *const Cell) };
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
-    let direct = dispatch::locked(|| match unsafe { cell.get() } {
+    let direct = dispatch::locked(|held| match cell.get(held) {
         None => Some(None),
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {
             Some(Some(s.buf.clone()))
@@ -58,7 +58,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             };
             let Some(Produced::Tensor { cell, .. }) = produced.into_iter().next() else { unreachable!() };
             let owned = unsafe { Box::from_raw(cell) };
-            let buf = dispatch::locked(|| unsafe { owned.get() }.as_ref().map(|s| s.buf.clone()));
+            let buf = dispatch::locked(|held| owned.get(held).as_ref().map(|s| s.buf.clone()));
             buf.expect("clone produced a buffer").buf.to_host(dst)?;
             Ok(())
         }
@@ -75,7 +75,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
         let rt = runtime()?;
         let buf = rt.client.buffer_from_host(src, element_type(dtype), t.sizes(), None, rt.device(cell.device)?)?;
         let stored = Stored { buf: DevBuf::new(buf, src.len() as i64, cell.device), dtype, dims: t.sizes().to_vec() };
-        dispatch::locked(|| unsafe { cell.set(Some(stored)) });
+        dispatch::locked(|held| cell.set(held, Some(stored)));
         return Ok(());
     }
     let strides = contiguous_strides(t.sizes());
@@ -100,7 +100,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
 
 /// The whole cell's contents as bytes (zeros when never written).
 pub fn cell_bytes(cell: &Cell) -> Result<(Option<(DType, Vec<i64>)>, Vec<u8>), Error> {
-    let stored = dispatch::locked(|| unsafe { cell.get() }.clone());
+    let stored = dispatch::locked(|held| cell.get(held).clone());
     let mut bytes = vec![0u8; cell.nbytes() as usize];
     match stored {
         None => Ok((None, bytes)),
@@ -117,14 +117,14 @@ pub fn cell_bytes(cell: &Cell) -> Result<(Option<(DType, Vec<i64>)>, Vec<u8>), E
 /// Replaces a cell's contents with `bytes` as a 1-d buffer of `dtype` (or clears it).
 pub fn set_cell_bytes(cell: &Cell, dtype: Option<DType>, bytes: &[u8]) -> Result<(), Error> {
     let Some(dtype) = dtype else {
-        dispatch::locked(|| unsafe { cell.set(None) });
+        dispatch::locked(|held| cell.set(held, None));
         return Ok(());
     };
     let n = bytes.len() / dtype.size();
     let rt = runtime()?;
     let buf = rt.client.buffer_from_host(&bytes[..n * dtype.size()], element_type(dtype), &[n as i64], None, rt.device(cell.device)?)?;
     let stored = Stored { buf: DevBuf::new(buf, (n * dtype.size()) as i64, cell.device), dtype, dims: vec![n as i64] };
-    dispatch::locked(|| unsafe { cell.set(Some(stored)) });
+    dispatch::locked(|held| cell.set(held, Some(stored)));
     Ok(())
 }
 
