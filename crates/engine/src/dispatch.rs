@@ -613,143 +613,201 @@ impl Builder<'_> {
     }
 }
 
+/// What a program computes (`results`, each described by its `OutSpec`) and how the call's
+/// returns are made of them.
+#[derive(Default)]
+struct Outputs {
+    results: Vec<Value>,
+    specs: Vec<OutSpec>,
+    returns: Vec<RetSpec>,
+}
+
+impl Outputs {
+    /// A new result the call returns; its index.
+    fn push_new(&mut self, cx: &Cx, v: Value) -> usize {
+        self.results.push(v);
+        self.specs.push(OutSpec::New { dtype: cx.dtype(v), dims: cx.dims(v) });
+        self.results.len() - 1
+    }
+}
+
+/// Lowers one call into a program and compiles it, in these steps.
 fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing) -> Result<Built, Error> {
     let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
-    let mut values = Vec::with_capacity(args.len());
-    for (i, a) in args.iter().enumerate() {
-        if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
-            return Err(Error::Torch(TorchError::new(
-                ErrorKind::Runtime,
-                "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!",
-            )));
-        }
-        values.push(b.arg(i as u32, -1, a)?);
-    }
-    let mut names = std::borrow::Cow::Borrowed(&info.arg_names[..]);
-    if let Sizing::Known(n) = sizing {
-        names.to_mut().push("__size".to_string());
-        values.push(Arg::Int(n));
-    }
-    let lowered = f(&mut b.cx, &Args { op: &info.base, names: &names, values: &values }).map_err(Error::Torch)?;
-
-    // The first outputs go to the written arguments, in order; the rest are returned.
+    let lowered = b.lower_call(info, f, args, sizing)?;
     let mut outs = lowered.into_iter();
-    let write_args = if matches!(sizing, Sizing::Program) { &[][..] } else { &info.write_args[..] };
-    for &w in write_args {
-        let a = &args[w];
-        match a.kind {
-            TT_NONE => continue,
-            TT_TENSOR => match outs.next() {
-                Some(Out::Tensor(v)) => {
-                    if let Some(r) = b.write(info, w, a.tensor(), v)? {
-                        return Ok(r);
-                    }
-                }
-                _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no tensor for written argument {}", info.base, info.arg_names[w]))),
-            },
-            TT_TENSOR_LIST => match outs.next() {
-                Some(Out::List(vs)) if vs.len() == a.list::<TtArg>().len() => {
-                    for (item, v) in a.list::<TtArg>().iter().zip(vs) {
-                        if let Some(r) = b.write(info, w, item.tensor(), v)? {
-                            return Ok(r);
+    if let Some(resize) = b.write_arguments(info, args, sizing, &mut outs)? {
+        return Ok(resize);
+    }
+    let mut o = b.returned_outputs(outs);
+    b.append_written_bases(&mut o);
+    let (host_checks, checks) = b.attach_checks(info, &mut o.results)?;
+    let feeds = b.ordered_feeds();
+    let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
+    let exe = compile_program(info, b.cx.b.finish_with_aliases(&o.results, &aliases))?;
+    Ok(Built::Entry(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+}
+
+impl Builder<'_> {
+    /// The call's arguments as the lowering's values (CPU tensors with dimensions only where
+    /// the op takes them), the computed size where there is one, and the op's lowering on them.
+    fn lower_call(&mut self, info: &OpInfo, f: lowerings::LowerFn, args: &[TtArg], sizing: Sizing) -> Result<Vec<Out>, Error> {
+        let mut values = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
+                return Err(Error::Torch(TorchError::new(
+                    ErrorKind::Runtime,
+                    "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!",
+                )));
+            }
+            values.push(self.arg(i as u32, -1, a)?);
+        }
+        let mut names = std::borrow::Cow::Borrowed(&info.arg_names[..]);
+        if let Sizing::Known(n) = sizing {
+            names.to_mut().push("__size".to_string());
+            values.push(Arg::Int(n));
+        }
+        f(&mut self.cx, &Args { op: &info.base, names: &names, values: &values }).map_err(Error::Torch)
+    }
+
+    /// The first outputs go to the written arguments (in-place, out=), in order. Some(Resize)
+    /// when an out= argument must be resized first.
+    fn write_arguments(&mut self, info: &OpInfo, args: &[TtArg], sizing: Sizing, outs: &mut impl Iterator<Item = Out>) -> Result<Option<Built>, Error> {
+        let write_args = if matches!(sizing, Sizing::Program) { &[][..] } else { &info.write_args[..] };
+        for &w in write_args {
+            let a = &args[w];
+            match a.kind {
+                TT_NONE => continue,
+                TT_TENSOR => match outs.next() {
+                    Some(Out::Tensor(v)) => {
+                        if let Some(r) = self.write(info, w, a.tensor(), v)? {
+                            return Ok(Some(r));
                         }
                     }
+                    _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no tensor for written argument {}", info.base, info.arg_names[w]))),
+                },
+                TT_TENSOR_LIST => match outs.next() {
+                    Some(Out::List(vs)) if vs.len() == a.list::<TtArg>().len() => {
+                        for (item, v) in a.list::<TtArg>().iter().zip(vs) {
+                            if let Some(r) = self.write(info, w, item.tensor(), v)? {
+                                return Ok(Some(r));
+                            }
+                        }
+                    }
+                    _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no list for written argument {}", info.base, info.arg_names[w]))),
+                },
+                _ => return Err(Error::runtime(format!("torchtpu: {} writes an argument of an unsupported kind", info.base))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The remaining outputs are the call's returns: each tensor a new result.
+    fn returned_outputs(&self, outs: impl Iterator<Item = Out>) -> Outputs {
+        let mut o = Outputs::default();
+        for out in outs {
+            match out {
+                Out::Tensor(v) => {
+                    let i = o.push_new(&self.cx, v);
+                    o.returns.push(RetSpec::Tensor(i));
                 }
-                _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no list for written argument {}", info.base, info.arg_names[w]))),
-            },
-            _ => return Err(Error::runtime(format!("torchtpu: {} writes an argument of an unsupported kind", info.base))),
-        }
-    }
-    let mut results = Vec::new();
-    let mut specs = Vec::new();
-    let mut returns = Vec::new();
-    let push = |cx: &Cx, v: Value, results: &mut Vec<Value>, specs: &mut Vec<OutSpec>| {
-        results.push(v);
-        specs.push(OutSpec::New { dtype: cx.dtype(v), dims: cx.dims(v) });
-        results.len() - 1
-    };
-    for o in outs {
-        match o {
-            Out::Tensor(v) => returns.push(RetSpec::Tensor(push(&b.cx, v, &mut results, &mut specs))),
-            Out::List(vs) => {
-                let idx = vs.iter().map(|&v| push(&b.cx, v, &mut results, &mut specs)).collect();
-                returns.push(RetSpec::List(idx));
+                Out::List(vs) => {
+                    let idx = vs.iter().map(|&v| o.push_new(&self.cx, v)).collect();
+                    o.returns.push(RetSpec::List(idx));
+                }
+                Out::Undefined => o.returns.push(RetSpec::Undefined),
             }
-            Out::Undefined => returns.push(RetSpec::Undefined),
         }
+        o
     }
-    for (slot, &w) in b.written.iter().enumerate() {
-        if w {
-            let v = b.bases[slot];
-            results.push(v);
-            specs.push(OutSpec::Base { slot: slot as u32, dtype: b.cx.dtype(v), dims: b.cx.dims(v), donated: false });
-        }
-    }
-    // Data-dependent checks: host ones run before the program; device ones update the
-    // device's check accumulator, the program's last result.
-    let mut host_checks = Vec::new();
-    let mut first: Option<Value> = None;
-    for c in std::mem::take(&mut b.cx.checks) {
-        match c.eval {
-            lowerings::CheckEval::Host { members, shape } => {
-                let members = members
-                    .into_iter()
-                    .map(|m| match b.feeds[m.tag as usize] {
-                        Feed::Host(arg, item) => Ok((arg, item, m.dims, m.lo, m.hi)),
-                        _ => Err(Error::runtime("torchtpu: a host check on an input that is not a host tensor")),
-                    })
-                    .collect::<Result<_, Error>>()?;
-                host_checks.push(checks::HostCheck { kind: c.kind, messages: c.messages, members, shape });
-            }
-            lowerings::CheckEval::Device(v) => {
-                let ids: Vec<i64> = c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)).collect();
-                let row = failure_row(&mut b.cx, v, &ids);
-                first = Some(match first {
-                    None => row,
-                    Some(prev) => keep_first(&mut b.cx, prev, row),
-                });
+
+    /// After them, the new base of each cell the call wrote.
+    fn append_written_bases(&self, o: &mut Outputs) {
+        for (slot, &w) in self.written.iter().enumerate() {
+            if w {
+                let v = self.bases[slot];
+                o.results.push(v);
+                o.specs.push(OutSpec::Base { slot: slot as u32, dtype: self.cx.dtype(v), dims: self.cx.dims(v), donated: false });
             }
         }
     }
-    let checks = first.is_some();
-    if let Some(row) = first {
-        // (Not aliased to its input: XLA would add a copy to update it in place.)
-        let acc = b.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
-        results.push(keep_first(&mut b.cx, acc, row));
+
+    /// Data-dependent checks: host ones run before the program; device ones update the
+    /// device's check accumulator, then the program's last result. Returns the host checks
+    /// and whether there are device ones.
+    fn attach_checks(&mut self, info: &OpInfo, results: &mut Vec<Value>) -> Result<(Vec<checks::HostCheck>, bool), Error> {
+        let mut host_checks = Vec::new();
+        let mut first: Option<Value> = None;
+        for c in std::mem::take(&mut self.cx.checks) {
+            match c.eval {
+                lowerings::CheckEval::Host { members, shape } => {
+                    let members = members
+                        .into_iter()
+                        .map(|m| match self.feeds[m.tag as usize] {
+                            Feed::Host(arg, item) => Ok((arg, item, m.dims, m.lo, m.hi)),
+                            _ => Err(Error::runtime("torchtpu: a host check on an input that is not a host tensor")),
+                        })
+                        .collect::<Result<_, Error>>()?;
+                    host_checks.push(checks::HostCheck { kind: c.kind, messages: c.messages, members, shape });
+                }
+                lowerings::CheckEval::Device(v) => {
+                    let ids: Vec<i64> = c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)).collect();
+                    let row = failure_row(&mut self.cx, v, &ids);
+                    first = Some(match first {
+                        None => row,
+                        Some(prev) => keep_first(&mut self.cx, prev, row),
+                    });
+                }
+            }
+        }
+        let device_checks = first.is_some();
+        if let Some(row) = first {
+            // (Not aliased to its input: XLA would add a copy to update it in place.)
+            let acc = self.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
+            results.push(keep_first(&mut self.cx, acc, row));
+        }
+        Ok((host_checks, device_checks))
     }
-    // Float scalars the lowering made into inputs.
-    let mut feeds = b.feeds;
-    let cx_feeds = std::mem::take(&mut b.cx.feeds);
-    let ordered: Vec<Feed> = cx_feeds
-        .into_iter()
-        .map(|f| match f {
-            lowerings::Feed::External(tag) => feeds[tag as usize].clone(),
-            lowerings::Feed::Scalar { slot, elem } => Feed::Scalar(slot, elem),
-        })
-        .collect();
-    feeds = ordered;
-    // A written cell's old buffer is donated to its new one when their types match: in-place
-    // updates (optimizer steps) then reuse the memory instead of holding two copies. The cell
-    // holds the only reference to its buffer, and it is replaced by the output right after.
-    // (Donation was off for a while as a suspect in a long-run segfault; the cause was the
-    // unbounded executable cache, see max_executables.)
+
+    /// The program's parameters in order: the builder's feeds, and the float scalars the
+    /// lowering made into inputs.
+    fn ordered_feeds(&mut self) -> Vec<Feed> {
+        let feeds = &self.feeds;
+        std::mem::take(&mut self.cx.feeds)
+            .into_iter()
+            .map(|f| match f {
+                lowerings::Feed::External(tag) => feeds[tag as usize].clone(),
+                lowerings::Feed::Scalar { slot, elem } => Feed::Scalar(slot, elem),
+            })
+            .collect()
+    }
+}
+
+/// A written cell's old buffer is donated to its new one when their types match: in-place
+/// updates (optimizer steps) then reuse the memory instead of holding two copies. The cell
+/// holds the only reference to its buffer, and it is replaced by the output right after.
+/// (Donation was off for a while as a suspect in a long-run segfault; the cause was the
+/// unbounded executable cache, see max_executables.) Returns (parameter, result) aliases and
+/// marks the donated specs.
+fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mut [OutSpec]) -> Vec<(usize, usize)> {
     let mut aliases = Vec::new();
     for (r, spec) in specs.iter_mut().enumerate() {
         if let OutSpec::Base { slot, donated, .. } = spec {
             if let Some(p) = feeds.iter().position(|f| matches!(f, Feed::Base(s) if s == slot)) {
-                if b.cx.b.ty(b.cx.b.param_value(p)) == b.cx.b.ty(results[r]) {
+                if cx.b.ty(cx.b.param_value(p)) == cx.b.ty(results[r]) {
                     aliases.push((p, r));
                     *donated = true;
                 }
             }
         }
     }
-    let text = b.cx.b.finish_with_aliases(&results, &aliases);
+    aliases
+}
+
+/// Compiles the program's text (or loads it from the persistent cache).
+fn compile_program(info: &OpInfo, text: String) -> Result<pjrt::LoadedExecutable, Error> {
     let rt = runtime()?;
-    let exe = rt.compile(&text).map_err(|e| {
-        Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text))
-    })?;
-    Ok(Built::Entry(Entry { exe, feeds, results: specs, returns, host_checks, checks }))
+    rt.compile(&text).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
 }
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]
