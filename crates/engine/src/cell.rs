@@ -1,8 +1,13 @@
 //! Storage cells: what a "tpu" storage's data pointer points at. A cell holds the storage's
 //! current device buffer (dense, in the shape of the tensor that last wrote all of it), or
-//! nothing yet (reads as zeros). Views share the cell; writes swap in a new buffer.
+//! nothing yet (reads as zeros). Views share the cell; writes swap in a new buffer. The buffer
+//! slot is a `lock::Guarded`: reading it takes the engine lock's token `&Held`, writing it
+//! `&mut Held`. Also here: device buffers counted in memory.rs, and the pending work that
+//! `synchronize` and `Marker` wait for.
+use crate::address;
+use crate::lock::{Guarded, Held};
 use lowerings::DType;
-use std::cell::UnsafeCell;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -141,21 +146,25 @@ pub struct Cell {
     pub device: i32,
     /// The storage's data pointer as PyTorch sees it (address.rs); 0 until first asked for.
     addr: AtomicUsize,
-    // Read and written only while the engine lock is held (see dispatch::ENGINE).
-    state: UnsafeCell<Option<Stored>>,
+    /// The current buffer; opened with the engine lock's token (see lock.rs).
+    state: Guarded<Option<Stored>>,
 }
+
+// Cells are shared between threads (PyTorch frees storages on any thread); their buffer slot
+// is safe to share because it opens only with the engine lock's token.
+const _: () = {
+    fn shared<T: Send + Sync>() {}
+    let _ = shared::<Cell>;
+};
 
 impl Drop for Cell {
     fn drop(&mut self) {
         let a = *self.addr.get_mut();
         if a != 0 {
-            crate::address::release(a);
+            address::release(a);
         }
     }
 }
-
-unsafe impl Send for Cell {}
-unsafe impl Sync for Cell {}
 
 impl Cell {
     pub fn new(nbytes: i64, device: i32, state: Option<Stored>) -> *mut Cell {
@@ -163,7 +172,7 @@ impl Cell {
             nbytes: AtomicI64::new(nbytes),
             device,
             addr: AtomicUsize::new(0),
-            state: UnsafeCell::new(state),
+            state: Guarded::new(state),
         }))
     }
 
@@ -174,10 +183,10 @@ impl Cell {
     /// Growing past the address range moves the storage to a new one (see `address`).
     pub fn set_nbytes(&self, n: i64) {
         let old = self.nbytes.swap(n, Ordering::Relaxed);
-        if crate::address::capacity(n) > crate::address::capacity(old) {
+        if address::capacity(n) > address::capacity(old) {
             let a = self.addr.swap(0, Ordering::AcqRel);
             if a != 0 {
-                crate::address::release(a);
+                address::release(a);
             }
         }
     }
@@ -189,25 +198,90 @@ impl Cell {
         if a != 0 {
             return Some(a);
         }
-        let new = crate::address::allocate(self, self.nbytes())?;
+        let new = address::allocate(self as *const Cell as *const c_void, self.nbytes())?;
         match self.addr.compare_exchange(0, new, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Some(new),
             Err(other) => {
-                crate::address::release(new); // another thread gave it one first
+                address::release(new); // another thread gave it one first
                 Some(other)
             }
         }
     }
 
-    /// # Safety
-    /// The caller holds the engine lock.
-    pub unsafe fn get(&self) -> &Option<Stored> {
-        &*self.state.get()
+    /// The current buffer, read under the engine lock.
+    pub fn get<'a>(&'a self, held: &'a Held) -> &'a Option<Stored> {
+        self.state.get(held)
     }
 
-    /// # Safety
-    /// The caller holds the engine lock.
-    pub unsafe fn set(&self, s: Option<Stored>) {
-        *self.state.get() = s;
+    /// Replaces the current buffer (or clears it) under the engine lock.
+    pub fn set(&self, held: &mut Held, s: Option<Stored>) {
+        self.state.set(held, s)
+    }
+}
+
+#[cfg(test)]
+mod address_tests {
+    //! address.rs's tests: they need cells, which that module does not know.
+    use super::*;
+    use crate::address::{capacity, region_bounds};
+
+    /// address::cell_at, typed.
+    fn cell_at(addr: usize) -> Option<*mut Cell> {
+        address::cell_at(addr).map(|p| p.cast())
+    }
+
+    #[test]
+    fn ranges_are_disjoint_inaccessible_and_map_back_to_their_cells() {
+        let cells: Vec<*mut Cell> = [0i64, 1, 255, 256, 257, 4096, 1 << 20].iter().map(|&n| Cell::new(n, 0, None)).collect();
+        let addrs: Vec<usize> = cells.iter().map(|&c| unsafe { &*c }.address().unwrap()).collect();
+        let (base, len) = region_bounds();
+        assert!(len >= 1 << 34);
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        for (&c, &a) in cells.iter().zip(&addrs) {
+            let n = unsafe { &*c }.nbytes();
+            assert!(a >= base && a + capacity(n) as usize <= base + len);
+            assert_eq!(a % 256, 0);
+            assert_eq!(cell_at(a), Some(c));
+            assert_eq!(cell_at(a + n.max(1) as usize - 1), Some(c)); // an address inside the range
+            spans.push((a, a + capacity(n) as usize));
+        }
+        spans.sort();
+        assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "ranges overlap: {spans:?}");
+        // The region holds no memory: touching it faults (checked from Python, in a subprocess).
+        // SAFETY: cells made above and not used elsewhere.
+        let freed = addrs[3];
+        unsafe { drop(Box::from_raw(cells[3])) };
+        assert_eq!(cell_at(freed), None);
+        let again = Cell::new(200, 0, None);
+        let again_addr = unsafe { &*again }.address().unwrap();
+        assert_eq!(cell_at(again_addr), Some(again));
+        for (i, c) in cells.into_iter().enumerate() {
+            if i != 3 {
+                unsafe { drop(Box::from_raw(c)) };
+            }
+        }
+        unsafe { drop(Box::from_raw(again)) };
+    }
+
+    #[test]
+    fn growing_past_the_range_moves_the_address() {
+        let c = Cell::new(100, 0, None);
+        let cell = unsafe { &*c };
+        let a = cell.address().unwrap();
+        cell.set_nbytes(200); // still within the 256-byte range
+        assert_eq!(cell.address(), Some(a));
+        cell.set_nbytes(1000);
+        let b = cell.address().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(cell_at(b), Some(c));
+        assert_eq!(cell_at(a), None);
+        unsafe { drop(Box::from_raw(c)) };
+    }
+
+    #[test]
+    fn too_large_gets_no_address() {
+        let c = Cell::new(i64::MAX / 2, 0, None);
+        assert_eq!(unsafe { &*c }.address(), None);
+        unsafe { drop(Box::from_raw(c)) };
     }
 }

@@ -14,8 +14,9 @@
 //! the persistent executable cache) is the same in every process; the process's table of ids
 //! is filled as programs are built.
 use crate::abi::TtArg;
+use crate::error::Error;
 use crate::runtime::runtime;
-use crate::Error;
+use crate::values::element_type;
 use lowerings::{DType, ErrorKind, TorchError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -154,7 +155,7 @@ pub fn acc(device: i32) -> Result<Acc, Error> {
         Some(b) => b,
         None => {
             let rt = runtime()?;
-            let ty = crate::host::element_type(DType::I64);
+            let ty = element_type(DType::I64);
             rt.client.buffer_from_host(&[0u8; 24], ty, &[3], None, rt.device(device)?)?
         }
     };

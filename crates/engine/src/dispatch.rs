@@ -1,17 +1,21 @@
 //! Running one aten call: key the call by everything that shapes its program, find the
 //! compiled executable (lower and compile on a miss), feed it the cells' buffers and runtime
-//! scalars, and hand back new cells or swap new buffers into written cells.
+//! scalars, and hand back new cells or swap new buffers into written cells. Home of the engine
+//! lock (lock.rs): its data is the op table, the executable cache and the statistics, and its
+//! token opens the cells that a call reads and writes.
 use crate::abi::*;
 use crate::cell::{Cell, DevBuf, Stored};
 use crate::checks;
+use crate::error::Error;
+use crate::lock::{EngineLock, Held};
 use crate::runtime::runtime;
+use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
-use crate::Error;
 use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, Tensor, TorchError};
 use stablehlo::{ElemType, TensorType, Value};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub struct OpInfo {
@@ -114,12 +118,19 @@ struct Engine {
     stats: Stats,
 }
 
-static ENGINE: Mutex<Option<Engine>> = Mutex::new(None);
+// SAFETY: the process's one engine lock (the only `EngineLock::new`).
+static ENGINE: EngineLock<Option<Engine>> = unsafe { EngineLock::new(None) };
 
 fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
-    let mut g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    let e = g.get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), tick: 0, stats: Stats::default() });
+    let mut g = ENGINE.lock();
+    let e = g.data().get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), tick: 0, stats: Stats::default() });
     f(e)
+}
+
+/// Runs `f` with the engine locked: `f` gets the token that reads (`&Held`) and writes
+/// (`&mut Held`) cells.
+pub fn locked<R>(f: impl FnOnce(&mut Held) -> R) -> R {
+    f(ENGINE.lock().held())
 }
 
 /// How many executables the in-memory cache keeps at most (TORCHTPU_MAX_EXECUTABLES, default
@@ -242,7 +253,7 @@ impl Scan {
         ((self.cells.len() - 1) as u32, true)
     }
 
-    fn tensor(&mut self, t: &TtTensor) -> Result<(), Error> {
+    fn tensor(&mut self, t: &TtTensor, held: &Held) -> Result<(), Error> {
         let sizes = t.sizes();
         if t.is_host() {
             self.key.push(1 << 40 | (t.flags as u64) << 8 | t.dtype as u8 as u64);
@@ -250,10 +261,11 @@ impl Scan {
             self.key.extend(sizes.iter().map(|&s| s as u64));
             return Ok(());
         }
-        let cell = t.cell as *mut Cell;
-        let (slot, first) = self.slot(cell);
+        let (slot, first) = self.slot(t.cell as *mut Cell);
+        // SAFETY: the argument's storage keeps its cell alive for the call.
+        let cell = unsafe { &*(t.cell as *const Cell) };
         if first {
-            let device = unsafe { (*cell).device };
+            let device = cell.device;
             if self.cells.len() == 1 {
                 self.device = device;
             } else if device != self.device {
@@ -270,7 +282,7 @@ impl Scan {
         self.key.push(t.offset as u64);
         if first {
             // The base's layout shapes the program: its dtype and dims, or "nothing yet".
-            match unsafe { (*cell).get() } {
+            match cell.get(held) {
                 Some(s) => {
                     self.key.push(s.dtype as u8 as u64);
                     self.key.push(s.dims.len() as u64);
@@ -278,17 +290,17 @@ impl Scan {
                 }
                 None => {
                     self.key.push(UNINIT);
-                    self.key.push(unsafe { (*cell).nbytes() } as u64);
+                    self.key.push(cell.nbytes() as u64);
                 }
             }
         }
         Ok(())
     }
 
-    fn arg(&mut self, a: &TtArg, specialize: bool) -> Result<(), Error> {
+    fn arg(&mut self, a: &TtArg, specialize: bool, held: &Held) -> Result<(), Error> {
         self.key.push(a.kind as u64);
         match a.kind {
-            TT_TENSOR => self.tensor(a.tensor())?,
+            TT_TENSOR => self.tensor(a.tensor(), held)?,
             TT_INT | TT_BOOL | TT_SCALAR_TYPE | TT_OTHER => self.key.push(a.int() as u64),
             TT_FLOAT => {
                 let f = unsafe { a.p.f };
@@ -324,7 +336,7 @@ impl Scan {
                 let items = a.list::<TtArg>();
                 self.key.push(items.len() as u64);
                 for item in items {
-                    self.arg(item, specialize)?;
+                    self.arg(item, specialize, held)?;
                 }
             }
             _ => {}
@@ -348,15 +360,16 @@ fn no_lowering(info: &OpInfo) -> TorchError {
 }
 
 pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
-    let mut guard = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    let engine = guard.as_mut().expect("ops are registered before they are called");
+    let mut guard = ENGINE.lock();
+    let (engine, held) = guard.split();
+    let engine = engine.as_mut().expect("ops are registered before they are called");
     let info = engine.ops.get(op as usize).cloned().ok_or_else(|| Error::runtime(format!("torchtpu: unknown op id {op}")))?;
     let lowering = info.lowering.ok_or_else(|| Error::NoLowering(no_lowering(&info)))?;
 
     let mut scan = Scan { key: Vec::with_capacity(64), ..Default::default() };
     scan.key.push(op as u64);
     for a in args {
-        scan.arg(a, lowering.specialize_floats)?;
+        scan.arg(a, lowering.specialize_floats, held)?;
     }
     // A data-dependent size is computed by its own program and read back first.
     let size = match lowering.size {
@@ -364,23 +377,23 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
         Some(size_fn) => {
             let mut key = scan.key.clone();
             key.push(SIZE_PROGRAM);
-            let entry = match lookup(engine, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
+            let entry = match lookup(engine, held, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
                 Looked::Entry(e) => e,
                 Looked::Resize(..) => unreachable!("size programs write nothing"),
             };
-            let n = read_count(run(&entry, args, &scan)?)?;
+            let n = read_count(run(&entry, args, &scan, held)?, held)?;
             scan.key.push(n as u64);
             Some(n)
         }
     };
     let key = std::mem::take(&mut scan.key);
     let sizing = size.map_or(Sizing::None, Sizing::Known);
-    let entry = match lookup(engine, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
+    let entry = match lookup(engine, held, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
         Looked::Entry(e) => e,
         Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
-    run(&entry, args, &scan).map(CallResult::Done)
+    run(&entry, args, &scan, held).map(CallResult::Done)
 }
 
 const SIZE_PROGRAM: u64 = u64::MAX - 1;
@@ -401,6 +414,7 @@ enum Looked {
 #[allow(clippy::too_many_arguments)]
 fn lookup(
     engine: &mut Engine,
+    held: &Held,
     key: &[u64],
     info: &OpInfo,
     f: lowerings::LowerFn,
@@ -417,7 +431,7 @@ fn lookup(
         return Ok(Looked::Entry(c.entry.clone()));
     }
     let t0 = Instant::now();
-    let entry = match build(info, f, specialize, args, scan, sizing)? {
+    let entry = match build(info, f, specialize, args, scan, held, sizing)? {
         Built::Entry(e) => Arc::new(e),
         Built::Resize(i, dims) => return Ok(Looked::Resize(i, dims)),
     };
@@ -430,13 +444,14 @@ fn lookup(
 
 /// The number a size program produced (waits for it: a synchronization, where pending checks
 /// raise).
-fn read_count(produced: Vec<Produced>) -> Result<i64, Error> {
+fn read_count(produced: Vec<Produced>, held: &Held) -> Result<i64, Error> {
     checks::raise_pending()?;
     let Some(Produced::Tensor { cell, dtype, .. }) = produced.into_iter().next() else {
         return Err(Error::runtime("torchtpu: a size program must return one tensor"));
     };
+    // SAFETY: the size program just made this cell, and nothing else has it.
     let cell = unsafe { Box::from_raw(cell) };
-    let s = unsafe { cell.get() }.as_ref().expect("a produced cell holds a buffer");
+    let s = cell.get(held).as_ref().expect("a produced cell holds a buffer");
     let mut bytes = vec![0u8; dtype.size()];
     s.buf.buf.to_host(&mut bytes)?;
     Ok(match dtype {
@@ -461,6 +476,8 @@ struct Builder<'a> {
     cx: Cx,
     feeds: Vec<Feed>,
     scan: &'a Scan,
+    /// The engine lock's token: the builder reads the cells' buffers' types.
+    held: &'a Held,
     /// The current value of each distinct cell's base, and whether the call wrote it.
     bases: Vec<Value>,
     written: Vec<bool>,
@@ -482,8 +499,9 @@ impl Builder<'_> {
 
     fn base(&mut self, slot: u32, t: &TtTensor) -> Result<Value, Error> {
         while self.bases.len() <= slot as usize {
+            // SAFETY: the call's arguments keep their cells alive.
             let cell = unsafe { &*self.scan.cells[self.bases.len()] };
-            let v = match unsafe { cell.get() } {
+            let v = match cell.get(self.held) {
                 Some(s) => self.feed(TensorType { elem: s.dtype.elem(), dims: s.dims.clone() }, Feed::Base(self.bases.len() as u32)),
                 None => {
                     let dt = dtype_of(t.dtype)?;
@@ -595,143 +613,201 @@ impl Builder<'_> {
     }
 }
 
-fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, sizing: Sizing) -> Result<Built, Error> {
-    let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
-    let mut values = Vec::with_capacity(args.len());
-    for (i, a) in args.iter().enumerate() {
-        if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
-            return Err(Error::Torch(TorchError::new(
-                ErrorKind::Runtime,
-                "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!",
-            )));
-        }
-        values.push(b.arg(i as u32, -1, a)?);
-    }
-    let mut names = std::borrow::Cow::Borrowed(&info.arg_names[..]);
-    if let Sizing::Known(n) = sizing {
-        names.to_mut().push("__size".to_string());
-        values.push(Arg::Int(n));
-    }
-    let lowered = f(&mut b.cx, &Args { op: &info.base, names: &names, values: &values }).map_err(Error::Torch)?;
+/// What a program computes (`results`, each described by its `OutSpec`) and how the call's
+/// returns are made of them.
+#[derive(Default)]
+struct Outputs {
+    results: Vec<Value>,
+    specs: Vec<OutSpec>,
+    returns: Vec<RetSpec>,
+}
 
-    // The first outputs go to the written arguments, in order; the rest are returned.
+impl Outputs {
+    /// A new result the call returns; its index.
+    fn push_new(&mut self, cx: &Cx, v: Value) -> usize {
+        self.results.push(v);
+        self.specs.push(OutSpec::New { dtype: cx.dtype(v), dims: cx.dims(v) });
+        self.results.len() - 1
+    }
+}
+
+/// Lowers one call into a program and compiles it, in these steps.
+fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing) -> Result<Built, Error> {
+    let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
+    let lowered = b.lower_call(info, f, args, sizing)?;
     let mut outs = lowered.into_iter();
-    let write_args = if matches!(sizing, Sizing::Program) { &[][..] } else { &info.write_args[..] };
-    for &w in write_args {
-        let a = &args[w];
-        match a.kind {
-            TT_NONE => continue,
-            TT_TENSOR => match outs.next() {
-                Some(Out::Tensor(v)) => {
-                    if let Some(r) = b.write(info, w, a.tensor(), v)? {
-                        return Ok(r);
-                    }
-                }
-                _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no tensor for written argument {}", info.base, info.arg_names[w]))),
-            },
-            TT_TENSOR_LIST => match outs.next() {
-                Some(Out::List(vs)) if vs.len() == a.list::<TtArg>().len() => {
-                    for (item, v) in a.list::<TtArg>().iter().zip(vs) {
-                        if let Some(r) = b.write(info, w, item.tensor(), v)? {
-                            return Ok(r);
+    if let Some(resize) = b.write_arguments(info, args, sizing, &mut outs)? {
+        return Ok(resize);
+    }
+    let mut o = b.returned_outputs(outs);
+    b.append_written_bases(&mut o);
+    let (host_checks, checks) = b.attach_checks(info, &mut o.results)?;
+    let feeds = b.ordered_feeds();
+    let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
+    let exe = compile_program(info, b.cx.b.finish_with_aliases(&o.results, &aliases))?;
+    Ok(Built::Entry(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+}
+
+impl Builder<'_> {
+    /// The call's arguments as the lowering's values (CPU tensors with dimensions only where
+    /// the op takes them), the computed size where there is one, and the op's lowering on them.
+    fn lower_call(&mut self, info: &OpInfo, f: lowerings::LowerFn, args: &[TtArg], sizing: Sizing) -> Result<Vec<Out>, Error> {
+        let mut values = Vec::with_capacity(args.len());
+        for (i, a) in args.iter().enumerate() {
+            if a.kind == TT_TENSOR && a.tensor().is_host() && a.tensor().ndim > 0 && !host_tensors_allowed(&info.base) {
+                return Err(Error::Torch(TorchError::new(
+                    ErrorKind::Runtime,
+                    "Expected all tensors to be on the same device, but found at least two devices, tpu:0 and cpu!",
+                )));
+            }
+            values.push(self.arg(i as u32, -1, a)?);
+        }
+        let mut names = std::borrow::Cow::Borrowed(&info.arg_names[..]);
+        if let Sizing::Known(n) = sizing {
+            names.to_mut().push("__size".to_string());
+            values.push(Arg::Int(n));
+        }
+        f(&mut self.cx, &Args { op: &info.base, names: &names, values: &values }).map_err(Error::Torch)
+    }
+
+    /// The first outputs go to the written arguments (in-place, out=), in order. Some(Resize)
+    /// when an out= argument must be resized first.
+    fn write_arguments(&mut self, info: &OpInfo, args: &[TtArg], sizing: Sizing, outs: &mut impl Iterator<Item = Out>) -> Result<Option<Built>, Error> {
+        let write_args = if matches!(sizing, Sizing::Program) { &[][..] } else { &info.write_args[..] };
+        for &w in write_args {
+            let a = &args[w];
+            match a.kind {
+                TT_NONE => continue,
+                TT_TENSOR => match outs.next() {
+                    Some(Out::Tensor(v)) => {
+                        if let Some(r) = self.write(info, w, a.tensor(), v)? {
+                            return Ok(Some(r));
                         }
                     }
+                    _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no tensor for written argument {}", info.base, info.arg_names[w]))),
+                },
+                TT_TENSOR_LIST => match outs.next() {
+                    Some(Out::List(vs)) if vs.len() == a.list::<TtArg>().len() => {
+                        for (item, v) in a.list::<TtArg>().iter().zip(vs) {
+                            if let Some(r) = self.write(info, w, item.tensor(), v)? {
+                                return Ok(Some(r));
+                            }
+                        }
+                    }
+                    _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no list for written argument {}", info.base, info.arg_names[w]))),
+                },
+                _ => return Err(Error::runtime(format!("torchtpu: {} writes an argument of an unsupported kind", info.base))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The remaining outputs are the call's returns: each tensor a new result.
+    fn returned_outputs(&self, outs: impl Iterator<Item = Out>) -> Outputs {
+        let mut o = Outputs::default();
+        for out in outs {
+            match out {
+                Out::Tensor(v) => {
+                    let i = o.push_new(&self.cx, v);
+                    o.returns.push(RetSpec::Tensor(i));
                 }
-                _ => return Err(Error::runtime(format!("torchtpu: lowering of {} gave no list for written argument {}", info.base, info.arg_names[w]))),
-            },
-            _ => return Err(Error::runtime(format!("torchtpu: {} writes an argument of an unsupported kind", info.base))),
-        }
-    }
-    let mut results = Vec::new();
-    let mut specs = Vec::new();
-    let mut returns = Vec::new();
-    let push = |cx: &Cx, v: Value, results: &mut Vec<Value>, specs: &mut Vec<OutSpec>| {
-        results.push(v);
-        specs.push(OutSpec::New { dtype: cx.dtype(v), dims: cx.dims(v) });
-        results.len() - 1
-    };
-    for o in outs {
-        match o {
-            Out::Tensor(v) => returns.push(RetSpec::Tensor(push(&b.cx, v, &mut results, &mut specs))),
-            Out::List(vs) => {
-                let idx = vs.iter().map(|&v| push(&b.cx, v, &mut results, &mut specs)).collect();
-                returns.push(RetSpec::List(idx));
+                Out::List(vs) => {
+                    let idx = vs.iter().map(|&v| o.push_new(&self.cx, v)).collect();
+                    o.returns.push(RetSpec::List(idx));
+                }
+                Out::Undefined => o.returns.push(RetSpec::Undefined),
             }
-            Out::Undefined => returns.push(RetSpec::Undefined),
         }
+        o
     }
-    for (slot, &w) in b.written.iter().enumerate() {
-        if w {
-            let v = b.bases[slot];
-            results.push(v);
-            specs.push(OutSpec::Base { slot: slot as u32, dtype: b.cx.dtype(v), dims: b.cx.dims(v), donated: false });
-        }
-    }
-    // Data-dependent checks: host ones run before the program; device ones update the
-    // device's check accumulator, the program's last result.
-    let mut host_checks = Vec::new();
-    let mut first: Option<Value> = None;
-    for c in std::mem::take(&mut b.cx.checks) {
-        match c.eval {
-            lowerings::CheckEval::Host { members, shape } => {
-                let members = members
-                    .into_iter()
-                    .map(|m| match b.feeds[m.tag as usize] {
-                        Feed::Host(arg, item) => Ok((arg, item, m.dims, m.lo, m.hi)),
-                        _ => Err(Error::runtime("torchtpu: a host check on an input that is not a host tensor")),
-                    })
-                    .collect::<Result<_, Error>>()?;
-                host_checks.push(checks::HostCheck { kind: c.kind, messages: c.messages, members, shape });
-            }
-            lowerings::CheckEval::Device(v) => {
-                let ids: Vec<i64> = c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)).collect();
-                let row = failure_row(&mut b.cx, v, &ids);
-                first = Some(match first {
-                    None => row,
-                    Some(prev) => keep_first(&mut b.cx, prev, row),
-                });
+
+    /// After them, the new base of each cell the call wrote.
+    fn append_written_bases(&self, o: &mut Outputs) {
+        for (slot, &w) in self.written.iter().enumerate() {
+            if w {
+                let v = self.bases[slot];
+                o.results.push(v);
+                o.specs.push(OutSpec::Base { slot: slot as u32, dtype: self.cx.dtype(v), dims: self.cx.dims(v), donated: false });
             }
         }
     }
-    let checks = first.is_some();
-    if let Some(row) = first {
-        // (Not aliased to its input: XLA would add a copy to update it in place.)
-        let acc = b.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
-        results.push(keep_first(&mut b.cx, acc, row));
+
+    /// Data-dependent checks: host ones run before the program; device ones update the
+    /// device's check accumulator, then the program's last result. Returns the host checks
+    /// and whether there are device ones.
+    fn attach_checks(&mut self, info: &OpInfo, results: &mut Vec<Value>) -> Result<(Vec<checks::HostCheck>, bool), Error> {
+        let mut host_checks = Vec::new();
+        let mut first: Option<Value> = None;
+        for c in std::mem::take(&mut self.cx.checks) {
+            match c.eval {
+                lowerings::CheckEval::Host { members, shape } => {
+                    let members = members
+                        .into_iter()
+                        .map(|m| match self.feeds[m.tag as usize] {
+                            Feed::Host(arg, item) => Ok((arg, item, m.dims, m.lo, m.hi)),
+                            _ => Err(Error::runtime("torchtpu: a host check on an input that is not a host tensor")),
+                        })
+                        .collect::<Result<_, Error>>()?;
+                    host_checks.push(checks::HostCheck { kind: c.kind, messages: c.messages, members, shape });
+                }
+                lowerings::CheckEval::Device(v) => {
+                    let ids: Vec<i64> = c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)).collect();
+                    let row = failure_row(&mut self.cx, v, &ids);
+                    first = Some(match first {
+                        None => row,
+                        Some(prev) => keep_first(&mut self.cx, prev, row),
+                    });
+                }
+            }
+        }
+        let device_checks = first.is_some();
+        if let Some(row) = first {
+            // (Not aliased to its input: XLA would add a copy to update it in place.)
+            let acc = self.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
+            results.push(keep_first(&mut self.cx, acc, row));
+        }
+        Ok((host_checks, device_checks))
     }
-    // Float scalars the lowering made into inputs.
-    let mut feeds = b.feeds;
-    let cx_feeds = std::mem::take(&mut b.cx.feeds);
-    let ordered: Vec<Feed> = cx_feeds
-        .into_iter()
-        .map(|f| match f {
-            lowerings::Feed::External(tag) => feeds[tag as usize].clone(),
-            lowerings::Feed::Scalar { slot, elem } => Feed::Scalar(slot, elem),
-        })
-        .collect();
-    feeds = ordered;
-    // A written cell's old buffer is donated to its new one when their types match: in-place
-    // updates (optimizer steps) then reuse the memory instead of holding two copies. The cell
-    // holds the only reference to its buffer, and it is replaced by the output right after.
-    // (Donation was off for a while as a suspect in a long-run segfault; the cause was the
-    // unbounded executable cache, see max_executables.)
+
+    /// The program's parameters in order: the builder's feeds, and the float scalars the
+    /// lowering made into inputs.
+    fn ordered_feeds(&mut self) -> Vec<Feed> {
+        let feeds = &self.feeds;
+        std::mem::take(&mut self.cx.feeds)
+            .into_iter()
+            .map(|f| match f {
+                lowerings::Feed::External(tag) => feeds[tag as usize].clone(),
+                lowerings::Feed::Scalar { slot, elem } => Feed::Scalar(slot, elem),
+            })
+            .collect()
+    }
+}
+
+/// A written cell's old buffer is donated to its new one when their types match: in-place
+/// updates (optimizer steps) then reuse the memory instead of holding two copies. The cell
+/// holds the only reference to its buffer, and it is replaced by the output right after.
+/// (Donation was off for a while as a suspect in a long-run segfault; the cause was the
+/// unbounded executable cache, see max_executables.) Returns (parameter, result) aliases and
+/// marks the donated specs.
+fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mut [OutSpec]) -> Vec<(usize, usize)> {
     let mut aliases = Vec::new();
     for (r, spec) in specs.iter_mut().enumerate() {
         if let OutSpec::Base { slot, donated, .. } = spec {
             if let Some(p) = feeds.iter().position(|f| matches!(f, Feed::Base(s) if s == slot)) {
-                if b.cx.b.ty(b.cx.b.param_value(p)) == b.cx.b.ty(results[r]) {
+                if cx.b.ty(cx.b.param_value(p)) == cx.b.ty(results[r]) {
                     aliases.push((p, r));
                     *donated = true;
                 }
             }
         }
     }
-    let text = b.cx.b.finish_with_aliases(&results, &aliases);
+    aliases
+}
+
+/// Compiles the program's text (or loads it from the persistent cache).
+fn compile_program(info: &OpInfo, text: String) -> Result<pjrt::LoadedExecutable, Error> {
     let rt = runtime()?;
-    let exe = rt.compile(&text).map_err(|e| {
-        Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text))
-    })?;
-    Ok(Built::Entry(Entry { exe, feeds, results: specs, returns, host_checks, checks }))
+    rt.compile(&text).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
 }
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]
@@ -780,11 +856,11 @@ fn arg_at(args: &[TtArg], arg: u32, item: i32) -> &TtArg {
 }
 
 fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64], device: i32) -> Result<pjrt::Buffer, Error> {
-    let ty = crate::host::element_type(dtype);
+    let ty = element_type(dtype);
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
-fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Error> {
+fn run(entry: &Entry, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
     for c in &entry.host_checks {
         checks::run_host(c, args)?;
     }
@@ -803,14 +879,14 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 owned.push(upload(rt, bytes, dtype, t.sizes(), device)?);
             }
             Feed::Scalar(n, elem) => {
-                let (bytes, len) = crate::host::scalar_bytes(scan.floats[n as usize], elem);
+                let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
                 owned.push(upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?);
             }
             Feed::CheckAcc => {}
             Feed::Rng(arg) => {
                 let a = &args[arg as usize];
                 let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
-                let state = [crate::host::mix(seed ^ crate::host::mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
+                let state = [mix(seed ^ mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
                 let mut bytes = [0u8; 16];
                 bytes[..8].copy_from_slice(&state[0].to_le_bytes());
                 bytes[8..].copy_from_slice(&state[1].to_le_bytes());
@@ -825,8 +901,9 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
     for f in &entry.feeds {
         match *f {
             Feed::Base(slot) => {
+                // SAFETY: the call's arguments keep their cells alive.
                 let cell = unsafe { &*scan.cells[slot as usize] };
-                let s = unsafe { cell.get() }.as_ref().expect("a fed cell holds a buffer");
+                let s = cell.get(held).as_ref().expect("a fed cell holds a buffer");
                 inputs.push(&s.buf.buf);
             }
             Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
@@ -852,14 +929,15 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
                 made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: dims.clone() }));
             }
             OutSpec::Base { slot, dtype, dims, donated } => {
+                // SAFETY: the call's arguments keep their cells alive.
                 let cell = unsafe { &*scan.cells[*slot as usize] };
                 if *donated {
                     // The old buffer's memory now belongs to the new one: release it first, so
                     // that the byte counts (and their peak) count it once.
-                    unsafe { cell.set(None) };
+                    cell.set(held, None);
                 }
                 let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                unsafe { cell.set(Some(Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() })) };
+                cell.set(held, Some(Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() }));
                 made.push(None);
             }
         }
@@ -873,10 +951,4 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan) -> Result<Vec<Produced>, Erro
         }
     }
     Ok(produced)
-}
-
-/// Runs `f` with the engine locked: cell state may be read and written inside.
-pub fn locked<R>(f: impl FnOnce() -> R) -> R {
-    let _g = ENGINE.lock().unwrap_or_else(|p| p.into_inner());
-    f()
 }

@@ -1,53 +1,35 @@
 //! The eager engine behind device "tpu": storage cells, the executable cache and execution of
 //! aten calls on a PJRT plugin. The C ABI types it speaks are in `abi` (mirrors csrc/abi.h).
+//!
+//! Modules form layers; a module uses only modules of lower layers (no cycles):
+//!
+//! ```text
+//! 4  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
+//! 3  dispatch   running one aten call; the engine lock         uses checks, cell, lock, view, runtime, values, error, abi
+//! 2  checks     data-dependent checks (host, device)           uses runtime, values, error, abi
+//!    cell       storage cells, device buffers, pending work    uses lock, address, memory
+//! 1  memory     device memory statistics                       uses runtime, error
+//!    runtime    the PJRT client, compiling                     uses disk_cache, error
+//! 0  error, values, lock, address, view, disk_cache, abi: import nothing of the engine
+//! ```
+//!
+//! The crate root only declares modules, re-exports and asks `runtime` for the device count.
 pub mod abi;
 pub mod address;
 pub mod cell;
 pub mod checks;
 pub mod dispatch;
 pub mod disk_cache;
+pub mod error;
 pub mod host;
+pub mod lock;
 pub mod memory;
 pub mod runtime;
+pub mod values;
 pub mod view;
 
-use lowerings::{ErrorKind, TorchError};
-
-#[derive(Debug)]
-pub enum Error {
-    Torch(TorchError),
-    /// No lowering: NotImplementedError, or the CPU fallback when the user enabled it.
-    NoLowering(TorchError),
-    Pjrt(pjrt::Error),
-}
-
-impl Error {
-    pub fn runtime(msg: impl Into<String>) -> Error {
-        Error::Torch(TorchError::new(ErrorKind::Runtime, msg))
-    }
-
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            Error::Torch(e) | Error::NoLowering(e) => e.kind,
-            Error::Pjrt(_) => ErrorKind::Runtime,
-        }
-    }
-}
-
-impl std::fmt::Display for Error {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Error::Torch(e) | Error::NoLowering(e) => f.write_str(&e.message),
-            Error::Pjrt(e) => write!(f, "torchtpu: PJRT error: {e}"),
-        }
-    }
-}
-
-impl From<pjrt::Error> for Error {
-    fn from(e: pjrt::Error) -> Self {
-        Error::Pjrt(e)
-    }
-}
+pub use error::Error;
+pub use host::{copy_cell_bytes, resize_cell};
 
 pub fn device_count() -> i32 {
     if let Some(n) = runtime::started_device_count() {
@@ -57,24 +39,4 @@ pub fn device_count() -> i32 {
         Ok(rt) => rt.devices.len() as i32,
         Err(_) => 0,
     }
-}
-
-/// Grows a cell to `nbytes` keeping its contents; new bytes read as zeros.
-pub fn resize_cell(c: &cell::Cell, nbytes: i64) -> Result<(), Error> {
-    if nbytes <= c.nbytes() {
-        return Ok(());
-    }
-    let (layout, mut bytes) = host::cell_bytes(c)?;
-    bytes.resize(nbytes as usize, 0);
-    c.set_nbytes(nbytes);
-    host::set_cell_bytes(c, layout.map(|(d, _)| d), &bytes)
-}
-
-/// Copies `nbytes` of `src`'s contents into `dst` (the allocator's copy_data).
-pub fn copy_cell_bytes(dst: &cell::Cell, src: &cell::Cell, nbytes: i64) -> Result<(), Error> {
-    let (layout, bytes) = host::cell_bytes(src)?;
-    let (_, mut out) = host::cell_bytes(dst)?;
-    let n = (nbytes as usize).min(bytes.len()).min(out.len());
-    out[..n].copy_from_slice(&bytes[..n]);
-    host::set_cell_bytes(dst, layout.map(|(d, _)| d), &out)
 }

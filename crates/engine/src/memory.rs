@@ -117,14 +117,14 @@ pub fn reserved(device: i32) -> Stat {
 
 /// (free bytes, total bytes) of a device's memory: the plugin allocator's limit and use where
 /// it reports a limit (GPU, TPU); on the CPU plugin the device memory is the host's RAM.
-pub fn info(device: i32) -> Result<(i64, i64), crate::Error> {
+pub fn info(device: i32) -> Result<(i64, i64), crate::error::Error> {
     let rt = crate::runtime::runtime()?;
     let d = rt.device(device)?;
     if let Some(pjrt::MemoryStats { bytes_in_use, bytes_limit: Some(limit), .. }) = d.memory_stats()? {
         return Ok((limit - bytes_in_use, limit));
     }
     if rt.client.platform_name().eq_ignore_ascii_case("cpu") {
-        let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| crate::Error::runtime(format!("torchtpu: /proc/meminfo: {e}")))?;
+        let text = std::fs::read_to_string("/proc/meminfo").map_err(|e| crate::error::Error::runtime(format!("torchtpu: /proc/meminfo: {e}")))?;
         let field = |name: &str| -> Option<i64> {
             let line = text.lines().find(|l| l.starts_with(name))?;
             Some(line[name.len()..].trim_start_matches(':').split_whitespace().next()?.parse::<i64>().ok()? * 1024)
@@ -133,7 +133,7 @@ pub fn info(device: i32) -> Result<(i64, i64), crate::Error> {
             return Ok((free, total));
         }
     }
-    Err(crate::Error::runtime(format!("torchtpu: the {} plugin does not report its memory", rt.client.platform_name())))
+    Err(crate::error::Error::runtime(format!("torchtpu: the {} plugin does not report its memory", rt.client.platform_name())))
 }
 
 #[cfg(test)]

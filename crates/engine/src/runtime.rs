@@ -1,5 +1,6 @@
 //! The process-wide PJRT client, created on first use from the plugin the Python package chose.
-use crate::{disk_cache, Error};
+use crate::disk_cache;
+use crate::error::Error;
 use std::sync::{Mutex, OnceLock};
 
 pub struct Runtime {
