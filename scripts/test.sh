@@ -12,6 +12,6 @@ export TORCHTPU_CACHE_DIR="$(mktemp -d)"
 trap 'rm -rf "$TORCHTPU_CACHE_DIR"' EXIT
 export PYO3_PYTHON="$PWD/.venv/bin/python"
 cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
-# One process for every test (a long process once segfaulted at the kernel's limit on memory
-# mappings; the engine's executable cache is bounded now, see dispatch.rs max_executables).
-.venv/bin/python -m pytest -q -x --timeout=900 "$@"
+# Tests run in parallel worker processes (pytest-xdist), one per core unless
+# TORCHTPU_TEST_WORKERS says otherwise (0: everything in this process).
+.venv/bin/python -m pytest -q -x --timeout=900 -n "${TORCHTPU_TEST_WORKERS:-auto}" "$@"
