@@ -31,8 +31,16 @@ fn main() {
     println!("cargo:rustc-env=TORCHTPU_BUILT_WITH_TORCH={version}");
 
     let csrc = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../csrc");
-    for f in ["shim.cpp", "abi.h", "torch_compat.h"] {
-        println!("cargo:rerun-if-changed={}", csrc.join(f).display());
+    // Every file of the shim: its parts (*.cpp) are compiled, the headers rebuild them. The
+    // folder itself reruns this script when a file is added or removed.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&csrc)
+        .unwrap_or_else(|e| panic!("torchtpu: cannot read {}: {e}", csrc.display()))
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    println!("cargo:rerun-if-changed={}", csrc.display());
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
     }
     println!("cargo:rerun-if-env-changed=PYO3_PYTHON");
     // A reinstalled torch of another version must rebuild the shim.
@@ -41,7 +49,7 @@ fn main() {
         .cpp(true)
         // torch 2.14's headers require C++20; older ones build with it too.
         .std("c++20")
-        .file(csrc.join("shim.cpp"))
+        .files(files.iter().filter(|f| f.extension().is_some_and(|e| e == "cpp")))
         .include(&csrc)
         .include(torch_dir.join("include"))
         .include(torch_dir.join("include/torch/csrc/api/include"))
