@@ -53,11 +53,7 @@ struct TpuGenerator final : c10::GeneratorImpl {
   uint64_t seed_ = 67280421310721ULL;  // c10::default_rng_seed_val
   uint64_t offset_ = 0;
 };
-}  // namespace
 
-at::Generator make_generator(c10::DeviceIndex index) { return at::make_generator<TpuGenerator>(index); }
-
-namespace {
 std::vector<at::Generator>& default_generators() {
   static std::vector<at::Generator> gens = [] {
     std::vector<at::Generator> v;
@@ -68,13 +64,14 @@ std::vector<at::Generator>& default_generators() {
 }
 }  // namespace
 
+at::Generator make_generator(c10::DeviceIndex index) { return at::make_generator<TpuGenerator>(index); }
+
 const at::Generator& default_generator(c10::DeviceIndex index) {
   auto& gens = default_generators();
   if (index < 0) index = current_device;
   TORCH_CHECK(index < (c10::DeviceIndex)gens.size(), "Invalid device index ", (int)index);
   return gens[index];
 }
-
 
 std::pair<uint64_t, uint64_t> next_random(const at::Generator& generator) {
   return generator.get<TpuGenerator>()->next();

@@ -95,21 +95,6 @@ const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::op
                                                            self.storage_offset()));
   return self;
 }
-}  // namespace
-
-void resize_for_out(at::Tensor& t, c10::IntArrayRef sizes) {
-  if (t.sizes() == sizes) return;
-  if (t.numel() != 0) {
-    TORCH_WARN_ONCE("An output with one or more elements was resized since it had shape ",
-                     t.sizes(), ", which does not match the required output shape ", sizes, ". This behavior is "
-                     "deprecated, and in a future PyTorch release outputs will not be resized unless they have zero "
-                     "elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
-                     "with t.resize_(0).");
-  }
-  resize_(t, sizes, std::nullopt);
-}
-
-namespace {
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
                         c10::IntArrayRef stride) {
   auto* impl = self.unsafeGetTensorImpl();
@@ -202,17 +187,6 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   resize_for_out(d, self.sizes());
   return copy_from(self, d, false);
 }
-}  // namespace
-
-at::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
-  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  TtTensor s = describe(self);
-  check(tt_to_host(&s, host.data_ptr(), (int64_t)host.nbytes()));
-  return host.item();
-}
-
-namespace {
 // Which kernel F.scaled_dot_product_attention uses on tpu: the fused "overrideable" one
 // (lowered in crates/lowerings/src/attention.rs) for 4-d float32/bf16/f16 inputs without
 // dropout, unless the user disabled it (torch.nn.attention.sdpa_kernel); PyTorch's math
@@ -228,6 +202,26 @@ int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   return static_cast<int64_t>(ctx.userEnabledMathSDP() ? at::SDPBackend::math : at::SDPBackend::error);
 }
 }  // namespace
+
+void resize_for_out(at::Tensor& t, c10::IntArrayRef sizes) {
+  if (t.sizes() == sizes) return;
+  if (t.numel() != 0) {
+    TORCH_WARN_ONCE("An output with one or more elements was resized since it had shape ",
+                     t.sizes(), ", which does not match the required output shape ", sizes, ". This behavior is "
+                     "deprecated, and in a future PyTorch release outputs will not be resized unless they have zero "
+                     "elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
+                     "with t.resize_(0).");
+  }
+  resize_(t, sizes, std::nullopt);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  TtTensor s = describe(self);
+  check(tt_to_host(&s, host.data_ptr(), (int64_t)host.nbytes()));
+  return host.item();
+}
 
 void register_sdp_choice() { at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&sdp_choice); }
 

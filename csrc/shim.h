@@ -1,8 +1,8 @@
 // What the parts of the C++ shim (csrc/*.cpp) share; everything else is internal to its file.
 // The shim knows no op semantics: those live in the Rust engine, behind the C ABI (abi.h).
 #pragma once
-#include <ATen/core/Tensor.h>
 #include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/stack.h>
 
 #include <utility>
@@ -17,13 +17,25 @@ namespace torchtpu {
 
 constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 
+// What tt_register_device (register.cpp) registers, part by part.
+void register_guard();                                    // guard.cpp
+void register_allocator();                                // allocator.cpp
+void register_hooks();                                    // hooks.cpp
+void install_fault_handler();                             // faults.cpp
+void register_sdp_choice();                               // metadata_ops.cpp
+void impl_metadata_ops(torch::Library& m);                // metadata_ops.cpp
+void impl_copy_fallthrough(torch::Library& m);            // metadata_ops.cpp
+void impl_fallback(torch::Library& m);                    // fallback.cpp
+void impl_routed_ops(torch::Library& m);                  // fallback.cpp
+void impl_autocast_fallthrough(torch::Library& m);        // autocast.cpp
+void impl_autocast(torch::Library& m);                    // autocast.cpp
+void impl_composite_checks(torch::Library& m);            // composite_checks.cpp
+
 // guard.cpp: the current device of this thread.
 extern thread_local c10::DeviceIndex current_device;
-void register_guard();
 
 // allocator.cpp: storages whose context is a Rust storage cell.
 extern c10::Allocator* const allocator;
-void register_allocator();
 void* cell_of(const c10::Storage& storage);
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 at::Tensor wrap_cell(void* cell, at::ScalarType dtype, c10::IntArrayRef sizes, c10::DeviceIndex device);
@@ -33,12 +45,8 @@ at::Generator make_generator(c10::DeviceIndex index);
 const at::Generator& default_generator(c10::DeviceIndex index);
 std::pair<uint64_t, uint64_t> next_random(const at::Generator& generator);
 
-// hooks.cpp
-void register_hooks();
-
-// fallback.cpp: an engine status as PyTorch's exception; encoding calls; the boxed fallback.
+// fallback.cpp: an engine status as PyTorch's exception; encoding a call; the boxed fallback.
 const TtResult* check(const TtResult* r);
-
 // Keeps what an encoded call points into alive until the call returns. Inner vectors keep
 // their heap buffers when the outer ones grow, so pointers into them stay valid; nothing is
 // allocated for calls without lists, strings or host tensors (the common case).
@@ -53,24 +61,9 @@ struct CallFrame {
 };
 TtArg encode_tensor(CallFrame& f, const at::Tensor& t);
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-void impl_fallback(torch::Library& m);
-void impl_routed_ops(torch::Library& m);
 
 // metadata_ops.cpp
 void resize_for_out(at::Tensor& t, c10::IntArrayRef sizes);
 at::Scalar local_scalar_dense(const at::Tensor& self);
-void impl_metadata_ops(torch::Library& m);
-void impl_copy_fallthrough(torch::Library& m);
-void register_sdp_choice();
-
-// autocast.cpp
-void impl_autocast_fallthrough(torch::Library& m);
-void impl_autocast(torch::Library& m);
-
-// faults.cpp
-void install_fault_handler();
-
-// composite_checks.cpp
-void impl_composite_checks(torch::Library& m);
 
 }  // namespace torchtpu
