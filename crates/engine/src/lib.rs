@@ -1,6 +1,7 @@
 //! The eager engine behind device "tpu": storage cells, the executable cache and execution of
-//! aten calls on a PJRT plugin. The C ABI types it speaks are in `abi` (mirrors csrc/abi.h).
-pub mod abi;
+//! aten calls on a PJRT plugin. The C ABI types it speaks are in `abi` (the crate crates/abi,
+//! which mirrors csrc/abi.h).
+pub use ::abi;
 pub mod address;
 pub mod cell;
 pub mod checks;
