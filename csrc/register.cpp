@@ -59,5 +59,7 @@ extern "C" void tt_register_device() {
     add_library(torch::Library::IMPL, "aten", K::Conjugate, impl_copy_fallthrough);
     add_library(torch::Library::IMPL, "aten", K::Negative, impl_copy_fallthrough);
     add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_aten);
+    add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_composite_checks);
+    add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_composite_checks);
   });
 }
