@@ -6,7 +6,7 @@
 
 namespace torchtpu {
 
-thread_local c10::DeviceIndex current_device = 0;
+thread_local constinit c10::DeviceIndex current_device = 0;
 
 namespace {
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {

@@ -31,8 +31,8 @@ void impl_autocast_fallthrough(torch::Library& m);        // autocast.cpp
 void impl_autocast(torch::Library& m);                    // autocast.cpp
 void impl_composite_checks(torch::Library& m);            // composite_checks.cpp
 
-// guard.cpp: the current device of this thread.
-extern thread_local c10::DeviceIndex current_device;
+// guard.cpp: the current device of this thread (constinit: read without a TLS init wrapper).
+extern thread_local constinit c10::DeviceIndex current_device;
 
 // allocator.cpp: storages whose context is a Rust storage cell.
 extern c10::Allocator* const allocator;
