@@ -1,4 +1,5 @@
-// The C ABI between the C++ shim and the Rust engine (crates/torchtpu/src/abi.rs mirrors it).
+// The C ABI between the C++ shim and the Rust engine. crates/abi/src/lib.rs mirrors it, and
+// abi_check.cpp checks at compile time that both lay it out alike.
 // The shim encodes each aten call as an array of TtArg and gets back a TtResult.
 #pragma once
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 // The differences between the torch releases torchtpu builds against (2.11 to 2.15), in one
 // place: the shim is compiled for exactly one of them (build.rs), and torchtpu refuses to load
 // into another (python/torchtpu/_extension.py). A difference goes here as a macro or an inline
-// function (keyed on what the headers have, or on TT_TORCH_AT_LEAST), and shim.cpp uses that.
+// function (keyed on what the headers have, or on TT_TORCH_AT_LEAST), and the shim uses that.
 #pragma once
 #include <torch/headeronly/version.h>
 

@@ -12,12 +12,7 @@ import pytest
 # test fails on a crash of any other overload. A crash that reads device addresses as host
 # memory is not certain to happen on every run, so one of these not crashing is only reported;
 # delete the entry when the op is fixed.
-KNOWN_CRASHES = {
-    # PyTorch's own composites crash on CPU too with the probe's arguments (f32-4d for the GRU
-    # cell, f32-opt for the LSTM cell: killed by SIGSEGV on CPU as on tpu).
-    "_thnn_differentiable_gru_cell_backward.default",
-    "_thnn_differentiable_lstm_cell_backward.default",
-}
+KNOWN_CRASHES = set()
 
 
 def test_probe_ci_subset(tmp_path):
@@ -57,3 +52,85 @@ def test_grid_sampler_cpu_fallback_raises_not_implemented():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-1000:]}"
     assert "raised NotImplementedError" in proc.stdout
+
+
+def _run(code):
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+@pytest.mark.parametrize("name,k,message", [
+    # f32-4d (2, 2, 2, 2): the GRU cell chunks the gates' dimension 1 (2) into 3.
+    ("_thnn_differentiable_gru_cell_backward.default", 5,
+     "expected the input gates' size at dimension 1 to be a multiple of 3 (3 * hidden_size), got 2"),
+    # f32-opt (2, 3): the LSTM cell chunks the gates' dimension 1 (3) into 4.
+    ("_thnn_differentiable_lstm_cell_backward.default", 6,
+     "expected the gates' size at dimension 1 to be a multiple of 4 (4 * hidden_size), got 3"),
+])
+def test_rnn_cell_backward_malformed_gates_raise(name, k, message):
+    # PyTorch's composites index past the chunks of malformed gates (SIGSEGV, on CPU too); on
+    # tpu a check raises first, with autograd and in inference mode (no autograd key).
+    out = _run(f"""
+        import torch
+        from torchtpu import probe
+        args, kwargs = probe.build({name!r}, {k})
+        args = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
+        op = probe._overload({name!r})
+        for mode in (torch.enable_grad, torch.inference_mode):
+            with mode():
+                try:
+                    op(*args, **kwargs)
+                except RuntimeError as e:
+                    assert {name.split(".")[0] + ": " + message!r} in str(e), e
+                    print("raised", mode.__name__)
+    """)
+    assert out.split() == ["raised", "enable_grad", "raised", "inference_mode"], out
+
+
+def test_rnn_cell_backward_matches_cpu():
+    # Well-formed calls run PyTorch's composite as before: values, and gradients through it.
+    out = _run("""
+        import torch
+        B, H = 3, 4
+        lstm_op = torch.ops.aten._thnn_differentiable_lstm_cell_backward
+        gru_op = torch.ops.aten._thnn_differentiable_gru_cell_backward
+        def lstm(grad_hy=True):  # grad_hy, grad_cy, input_gates, hidden_gates, biases, cx, cy
+            return [torch.randn(B, H) if grad_hy else None, torch.randn(B, H), torch.randn(B, 4 * H),
+                    torch.randn(B, 4 * H), torch.randn(4 * H), torch.randn(4 * H), torch.randn(B, H),
+                    torch.randn(B, H)], lstm_op
+        def gru():  # grad_hy, input_gates, hidden_gates, hx, biases
+            return [torch.randn(B, H), torch.randn(B, 3 * H), torch.randn(B, 3 * H), torch.randn(B, H),
+                    torch.randn(3 * H), torch.randn(3 * H)], gru_op
+        def run(make, dev, **kw):
+            torch.manual_seed(0)
+            args, op = make(**kw)
+            args = [a.to(dev).requires_grad_() if a is not None else None for a in args]
+            outs = op(*args)
+            inputs = [a for a in args if a is not None]
+            loss = sum((o * torch.linspace(-1, 1, o.numel()).view(o.shape).to(dev)).sum()
+                       for o in outs if o is not None)
+            grads = torch.autograd.grad(loss, inputs, create_graph=True, allow_unused=True)
+            # Double backward: a gradient of the gradients.
+            grads2 = torch.autograd.grad(sum(g.sum() for g in grads if g is not None), inputs, allow_unused=True)
+            return [t.detach().cpu() if t is not None else None for t in (*outs, *grads, *grads2)]
+        for make, kw in ((lstm, {}), (lstm, {"grad_hy": False}), (gru, {})):
+            cpu, tpu = run(make, "cpu", **kw), run(make, "tpu", **kw)
+            assert [t is None for t in cpu] == [t is None for t in tpu], (make.__name__, kw)
+            for c, t in zip(cpu, tpu):
+                if c is not None:
+                    torch.testing.assert_close(t, c, rtol=1e-4, atol=1e-5)
+        # As on CPU: without gradients the LSTM composite returns before it chunks the gates (so
+        # malformed ones pass), and under 2 dims unsafe_chunk raises PyTorch's own IndexError.
+        g = torch.randn(2, 3, device="tpu")
+        assert all(o is None for o in lstm_op(None, None, g, g, None, None, g, g))
+        for dev in ("cpu", "tpu"):
+            v = torch.randn(8, device=dev)
+            try:
+                lstm_op(v[:2], None, v, v, None, None, v[:2], v[:2])
+            except IndexError as e:
+                print(dev, "IndexError")
+        print("matched")
+    """)
+    assert out.split() == ["cpu", "IndexError", "tpu", "IndexError", "matched"], out

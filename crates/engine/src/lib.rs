@@ -1,5 +1,6 @@
 //! The eager engine behind device "tpu": storage cells, the executable cache and execution of
-//! aten calls on a PJRT plugin. The C ABI types it speaks are in `abi` (mirrors csrc/abi.h).
+//! aten calls on a PJRT plugin. The C ABI types it speaks are in `abi` (the crate crates/abi,
+//! which mirrors csrc/abi.h).
 //!
 //! Modules form layers; a module uses only modules of lower layers (no cycles):
 //!
@@ -10,11 +11,11 @@
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error
-//! 0  error, values, lock, address, view, disk_cache, abi: import nothing of the engine
+//! 0  error, values, lock, address, view, disk_cache: import nothing of the engine (abi is a crate)
 //! ```
 //!
 //! The crate root only declares modules, re-exports and asks `runtime` for the device count.
-pub mod abi;
+pub use ::abi;
 pub mod address;
 pub mod cell;
 pub mod checks;

@@ -1,6 +1,6 @@
 //! Fused scaled-dot-product attention: PyTorch's "overrideable" SDPA backend, which
 //! `F.scaled_dot_product_attention` picks on tpu for 4-d float32/bf16/f16 inputs without
-//! dropout (the choice is made in csrc/shim.cpp; other cases take PyTorch's math composite).
+//! dropout (the choice is made in csrc/metadata_ops.cpp; other cases take PyTorch's math composite).
 //!
 //! The forward keeps only the output and each row's log-sum-exp for backward, which
 //! recomputes the probabilities (flash attention's contract): the math decomposition would

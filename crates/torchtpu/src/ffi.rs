@@ -214,26 +214,8 @@ pub extern "C" fn tt_device_count() -> i32 {
     catch_unwind(engine::device_count).unwrap_or(0)
 }
 
-/// Mirrors TtStat / TtMemoryStats in csrc/abi.h.
-#[repr(C)]
-pub struct TtStat {
-    current: i64,
-    peak: i64,
-    allocated: i64,
-    freed: i64,
-}
-
-impl From<engine::memory::Stat> for TtStat {
-    fn from(s: engine::memory::Stat) -> TtStat {
-        TtStat { current: s.current, peak: s.peak, allocated: s.allocated, freed: s.freed }
-    }
-}
-
-#[repr(C)]
-pub struct TtMemoryStats {
-    buffers: TtStat,
-    bytes: TtStat,
-    reserved: TtStat,
+fn tt_stat(s: engine::memory::Stat) -> TtStat {
+    TtStat { current: s.current, peak: s.peak, allocated: s.allocated, freed: s.freed }
 }
 
 #[no_mangle]
@@ -241,7 +223,7 @@ pub extern "C" fn tt_memory_stats(device: i32, out: *mut TtMemoryStats) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let (buffers, bytes) = engine::memory::stats(device);
         let reserved = engine::memory::reserved(device);
-        unsafe { *out = TtMemoryStats { buffers: buffers.into(), bytes: bytes.into(), reserved: reserved.into() } };
+        unsafe { *out = TtMemoryStats { buffers: tt_stat(buffers), bytes: tt_stat(bytes), reserved: tt_stat(reserved) } };
     }));
 }
 

@@ -1,5 +1,5 @@
-//! torchtpu._C: the Rust side of the extension. Loading it registers the C++ shim's kernels
-//! (static initializers in csrc/shim.cpp) with PyTorch's dispatcher.
+//! torchtpu._C: the Rust side of the extension. Its register_device registers the C++ shim's
+//! kernels with PyTorch's dispatcher (tt_register_device, csrc/register.cpp).
 mod ffi;
 
 use pyo3::prelude::*;

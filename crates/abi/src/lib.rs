@@ -1,4 +1,6 @@
 //! The C ABI shared with the C++ shim (csrc/abi.h): plain data, mirrored field by field.
+//! The torchtpu build script checks at compile time that both sides lay it out the same way
+//! (crates/torchtpu/build.rs writes this crate's layout for csrc/abi_check.cpp).
 use std::ffi::c_void;
 
 pub const TT_NONE: u8 = 0;
@@ -102,6 +104,24 @@ pub struct TtResult {
     pub message: *const std::ffi::c_char,
     pub nouts: usize,
     pub outs: *const TtOut,
+}
+
+/// A device's memory statistic: current value, peak, total increase and total decrease.
+#[repr(C)]
+#[derive(Copy, Clone, Default)]
+pub struct TtStat {
+    pub current: i64,
+    pub peak: i64,
+    pub allocated: i64,
+    pub freed: i64,
+}
+
+#[repr(C)]
+#[derive(Copy, Clone, Default)]
+pub struct TtMemoryStats {
+    pub buffers: TtStat,
+    pub bytes: TtStat,
+    pub reserved: TtStat,
 }
 
 impl TtArg {

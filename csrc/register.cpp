@@ -1,0 +1,65 @@
+// tt_register_device: registers the device's parts (guard, allocator, hooks, kernels) with
+// PyTorch, once, when Python asks.
+#include <torch/library.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "shim.h"
+
+namespace torchtpu {
+namespace {
+// A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback. A graph
+// that mutates inputs runs as run_graph_, which writes them in place.
+void def_torchtpu_ops(torch::Library& m) {
+  m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]");
+  m.def("run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]");
+}
+
+// The PrivateUse1 aten kernels: metadata ops first, then the ops routed to the fallback
+// (which skips any op that has a PrivateUse1 kernel by then).
+void impl_aten(torch::Library& m) {
+  impl_metadata_ops(m);
+  impl_routed_ops(m);
+}
+
+// Registration is explicit, not by static initializers: Python calls tt_register_device()
+// once it has checked that the running torch is the one this shim was built for (a shim
+// loaded into another torch would register with the wrong DispatchKey numbers).
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static std::vector<std::unique_ptr<torch::Library>> libs;
+  return libs;
+}
+
+void add_library(torch::Library::Kind kind, const char* ns, std::optional<c10::DispatchKey> key,
+                 void (*init)(torch::Library&)) {
+  auto lib = std::make_unique<torch::Library>(kind, ns, key, __FILE__, __LINE__);
+  init(*lib);
+  libraries().push_back(std::move(lib));
+}
+}  // namespace
+}  // namespace torchtpu
+
+extern "C" void tt_register_device() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    using namespace torchtpu;
+    register_guard();
+    register_allocator();
+    install_fault_handler();
+    register_hooks();
+    register_sdp_choice();
+    using K = c10::DispatchKey;
+    add_library(torch::Library::DEF, "torchtpu", std::nullopt, def_torchtpu_ops);
+    add_library(torch::Library::IMPL, "_", K::PrivateUse1, impl_fallback);
+    add_library(torch::Library::IMPL, "_", K::AutocastPrivateUse1, impl_autocast_fallthrough);
+    add_library(torch::Library::IMPL, "aten", K::AutocastPrivateUse1, impl_autocast);
+    add_library(torch::Library::IMPL, "aten", K::Conjugate, impl_copy_fallthrough);
+    add_library(torch::Library::IMPL, "aten", K::Negative, impl_copy_fallthrough);
+    add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_aten);
+    add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_composite_checks);
+    add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_composite_checks);
+  });
+}
