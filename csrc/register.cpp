@@ -1,5 +1,6 @@
 // tt_register_device: registers the device's parts (guard, allocator, hooks, kernels) with
 // PyTorch, once, when Python asks.
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 #include <memory>
@@ -62,4 +63,22 @@ extern "C" void tt_register_device() {
     add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_composite_checks);
     add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_composite_checks);
   });
+}
+
+// Every aten overload's argument names, for the lowerings' check that a lowering reads only
+// names some overload of its ops has (crates/torchtpu/src/schemas.rs).
+extern "C" void tt_each_aten_schema(void (*visit)(void* ctx, const char* name, const char* const* args, size_t n),
+                                    void* ctx) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    auto op = name.name.rfind("aten::", 0) == 0 ? dispatcher.findOp(name) : std::nullopt;
+    if (!op || !op->hasSchema()) {
+      continue;
+    }
+    std::vector<const char*> args;
+    for (const auto& a : op->schema().arguments()) {
+      args.push_back(a.name().c_str());
+    }
+    visit(ctx, name.name.c_str(), args.data(), args.size());
+  }
 }

@@ -1,8 +1,12 @@
 import os
 import sys
 
-import pytest
-import torch
+# Lowerings that read an argument name none of their ops' overloads has raise (a misspelled
+# optional argument would otherwise read as "not given"); set before torch autoloads torchtpu.
+os.environ.setdefault("TORCHTPU_CHECK_ARGS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

@@ -67,13 +67,49 @@ impl Scalar {
     }
 }
 
+/// The argument names a lowering may read for an op: those of every overload of every op it
+/// is declared for. None when unknown (no source installed, or not an aten op).
+pub type ArgNamesFn = fn(op: &str) -> Option<std::sync::Arc<std::collections::HashSet<String>>>;
+
+static ARG_NAMES: std::sync::OnceLock<ArgNamesFn> = std::sync::OnceLock::new();
+
+/// Installs the source of argument names (the extension reads the dispatcher's schemas). From
+/// then on, reading a name that no overload has panics, which the extension turns into a
+/// RuntimeError: a misspelled optional argument would otherwise read as "not given".
+pub fn check_argument_names(source: ArgNamesFn) {
+    let _ = ARG_NAMES.set(source);
+}
+
 impl<'a> Args<'a> {
     fn index(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)
     }
 
+    /// The argument `name`; None when this overload has no such argument (the name must be
+    /// one that some overload of the op has, see `check_argument_names`).
     pub fn get(&self, name: &str) -> Option<&'a Arg> {
+        match self.index(name) {
+            Some(i) => Some(&self.values[i]),
+            None => {
+                self.check_known(name);
+                None
+            }
+        }
+    }
+
+    /// Like `get`, for a name that only some of the ops sharing a lowering have.
+    pub fn probe(&self, name: &str) -> Option<&'a Arg> {
         self.index(name).map(|i| &self.values[i])
+    }
+
+    fn check_known(&self, name: &str) {
+        let Some(known) = ARG_NAMES.get().and_then(|source| source(self.op)) else { return };
+        assert!(
+            known.contains(name),
+            "torchtpu: the lowering of {} reads argument '{}', which no overload of the ops it serves has",
+            self.op,
+            name
+        );
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -221,5 +257,30 @@ impl<'a> Args<'a> {
             Some(Arg::Generator(v)) => Ok(*v),
             _ => Err(self.missing(name, "a Generator")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::sync::Arc;
+
+    // Only this test's made-up op has known names, so other tests' Args are unaffected.
+    fn names(op: &str) -> Option<Arc<HashSet<String>>> {
+        (op == "made_up_op").then(|| Arc::new(["self", "weight"].iter().map(|s| s.to_string()).collect()))
+    }
+
+    #[test]
+    fn reading_a_name_no_overload_has_panics() {
+        check_argument_names(names);
+        let names = vec!["self".to_string()];
+        let values = vec![Arg::Int(1)];
+        let args = Args { op: "made_up_op", names: &names, values: &values };
+        assert!(args.get("weight").is_none(), "another overload's argument reads as not given");
+        assert!(args.probe("wieght").is_none(), "probe does not check");
+        let misspelled = std::panic::catch_unwind(|| args.get("wieght"));
+        let message = *misspelled.unwrap_err().downcast::<String>().unwrap();
+        assert!(message.contains("made_up_op reads argument 'wieght'"), "{message}");
     }
 }

@@ -1,6 +1,7 @@
 //! torchtpu._C: the Rust side of the extension. Its register_device registers the C++ shim's
 //! kernels with PyTorch's dispatcher (tt_register_device, csrc/register.cpp).
 mod ffi;
+mod schemas;
 
 use pyo3::prelude::*;
 use lowerings::graph::{GArg, Graph, Node};
@@ -215,6 +216,13 @@ fn is_lowered(qualified: &str) -> bool {
     lowerings::registry().get(lowerings::base_name(qualified)).is_some()
 }
 
+/// The argument names the lowering of `op` (a base name) may read, when the check of argument
+/// reads is on (TORCHTPU_CHECK_ARGS=1); None otherwise.
+#[pyfunction]
+fn lowering_arg_names(op: &str) -> Option<Vec<String>> {
+    schemas::names_if_checked(op)
+}
+
 /// (c10::ScalarType code, `torch` attribute name) of every dtype the lowerings know.
 #[pyfunction]
 fn dtype_codes() -> Vec<(i8, &'static str)> {
@@ -293,6 +301,7 @@ fn set_torch_version(major: u32, minor: u32) {
 #[pyfunction]
 fn register_device() {
     unsafe { tt_register_device() }
+    schemas::install_if_asked();
 }
 
 #[pymodule]
@@ -316,6 +325,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_lowered, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_codes, m)?)?;
+    m.add_function(wrap_pyfunction!(lowering_arg_names, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;
     m.add_function(wrap_pyfunction!(register_device, m)?)?;
     m.add_function(wrap_pyfunction!(set_torch_version, m)?)?;
