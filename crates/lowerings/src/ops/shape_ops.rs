@@ -4,7 +4,7 @@ use crate::args::Args;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{can_cast, promote, DType};
 use crate::error::Result;
-use crate::indexing::{count_all, cumsum_1d, nonzero_coords, scatter_along, Combine};
+use crate::ops::indexing::{count_all, cumsum_1d, nonzero_coords, scatter_along, Combine};
 use crate::{check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 

@@ -22,6 +22,8 @@
 //!
 //! Every algorithm works on a batch [B, m, n] (the leading dims flattened); loops run until the
 //! whole batch is done. Empty matrices and empty batches are answered without a loop.
+pub(crate) mod products;
+
 use crate::args::{Args, Tensor};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;

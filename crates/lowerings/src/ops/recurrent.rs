@@ -12,7 +12,7 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::reductions::{acc_type, reduce, Red};
+use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{bail, check, Out, Registry};
 use stablehlo::Value;
 

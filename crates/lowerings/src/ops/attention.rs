@@ -10,8 +10,8 @@ use crate::args::{Arg, Args, Tensor};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::linalg::contract;
-use crate::reductions::{acc_type, reduce, Red};
+use crate::ops::linalg::products::contract;
+use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{check, Out, Registry};
 use stablehlo::{CmpDir, Value};
 

@@ -11,8 +11,8 @@ use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
-use crate::linalg::select_all;
-use crate::reductions::acc_type;
+use crate::ops::linalg::products::select_all;
+use crate::ops::reductions::acc_type;
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
@@ -2221,7 +2221,7 @@ fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let o = cx.full(off, acc, &dims);
         let t = cx.add(xv, o);
         let t = cx.chlo("lgamma", &[t]);
-        let t = crate::nn::round_to(cx, t, dt);
+        let t = crate::ops::normalization::round_to(cx, t, dt);
         total = Some(match total {
             None => t,
             Some(s) => cx.add(s, t),
@@ -2230,7 +2230,7 @@ fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let total = total.unwrap();
     let c = (p * (p - 1)) as f64 * std::f64::consts::PI.ln() * 0.25;
     let cv = cx.full(c, acc, &dims);
-    let total = crate::nn::round_to(cx, total, dt);
+    let total = crate::ops::normalization::round_to(cx, total, dt);
     let r = cx.add(total, cv);
     one(cx.cast(r, dt))
 }
@@ -2260,7 +2260,7 @@ fn kaiser_window(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     };
     let k = cx.iota(&TensorType { elem: acc.elem(), dims: vec![n] }, 0);
     // PyTorch's kernel gets arange's values in the window's dtype.
-    let k = crate::nn::round_to(cx, k, dt);
+    let k = crate::ops::normalization::round_to(cx, k, dt);
     let alpha = cx.full((len - 1) as f64 / 2.0, acc, &[n]);
     let r = cx.sub(k, alpha);
     let r = cx.div(r, alpha);

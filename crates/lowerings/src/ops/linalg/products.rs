@@ -9,7 +9,7 @@
 //! eigenvectors of the Schur form, LAPACK's normalization), whose eigenvalue order and
 //! eigenvector phases only the same sequence of steps reproduces.
 // cabs1 is LAPACK's name for decomp's pivot magnitude, |re| + |im|.
-use crate::decomp::{
+use crate::ops::linalg::{
     any_over, bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, conj as conj_of, first_argmax, iota as idx,
     max as max_over, pivot_magnitude as cabs1, splat as spl, sum as sum_over, to_elem as as_elem,
 };

@@ -9,7 +9,7 @@ use crate::args::{Args, Tensor};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{result_type, DType};
 use crate::error::Result;
-use crate::reductions::{acc_type, opt_dtype, reduce, unreduce, Red};
+use crate::ops::reductions::{acc_type, opt_dtype, reduce, unreduce, Red};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 

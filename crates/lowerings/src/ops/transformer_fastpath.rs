@@ -13,8 +13,8 @@ use crate::args::{Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::linalg::contract;
-use crate::reductions::{acc_type, reduce, Red};
+use crate::ops::linalg::products::contract;
+use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{bail, check, Out, Registry};
 use stablehlo::{CmpDir, Value};
 

@@ -368,7 +368,7 @@ fn max_min(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
         let a = cx.cast(x.v, dt);
         let b = cx.cast(y.v, dt);
         let vs = cx.broadcast_all(&[a, b])?;
-        return one(crate::elementwise::nan_min_max(cx, vs[0], vs[1], is_max));
+        return one(crate::ops::elementwise::nan_min_max(cx, vs[0], vs[1], is_max));
     }
     no_complex(&x, name)?;
     let in_dims = cx.dims(x.v);

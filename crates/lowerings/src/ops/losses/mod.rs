@@ -16,13 +16,13 @@
 //! Every op computes 16-bit floats in float32 and rounds once, like PyTorch's CPU kernels.
 //! Checks that need tensor data (class indices out of range, lengths of the Tensor overload of
 //! _ctc_loss) are not made: PyTorch raises for them on CPU.
-use crate::nn::{is_16bit, reduction, round_to, Reduction};
+use crate::ops::normalization::{is_16bit, reduction, round_to, Reduction};
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::linalg::{check_scalar_type, contract};
-use crate::reductions::{acc_type, reduce, Red};
+use crate::ops::linalg::products::{check_scalar_type, contract};
+use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
@@ -1448,7 +1448,7 @@ fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
         bail!(NotImplemented, "rrelu_with_noise on tpu needs the device generator");
     }
     let double = dt == DType::F64;
-    let u = crate::factories::uniform01(cx, args, &[numel], double)?;
+    let u = crate::ops::factories::uniform01(cx, args, &[numel], double)?;
     let u = cx.reshape(u, &xd);
     let acc = if double { DType::F64 } else { DType::F32 };
     let lo = k(cx, lower, u);

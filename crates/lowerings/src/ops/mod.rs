@@ -1,0 +1,23 @@
+//! The op families, one file (or directory) each; lib.rs's `registry()` calls their `register`.
+pub(crate) mod activations;
+pub(crate) mod attention;
+pub(crate) mod complex;
+pub(crate) mod conv;
+pub(crate) mod elementwise;
+pub(crate) mod factories;
+pub(crate) mod fft;
+pub(crate) mod grouped_mm;
+pub(crate) mod indexing;
+pub(crate) mod linalg;
+pub(crate) mod losses;
+pub(crate) mod normalization;
+pub(crate) mod optim;
+pub(crate) mod order_stats;
+pub(crate) mod random;
+pub(crate) mod recurrent;
+pub(crate) mod reductions;
+pub(crate) mod shape_ops;
+pub(crate) mod spatial;
+pub(crate) mod special;
+pub(crate) mod transformer_fastpath;
+pub(crate) mod views;
