@@ -18,6 +18,7 @@ pub mod error;
 pub mod graph;
 pub mod torch_version;
 
+mod blocks;
 mod ops;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
@@ -25,9 +26,9 @@ pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, Host
 pub use ops::grouped_mm::set_ragged_dot;
 pub use dtype::{can_cast, promote, result_type, DType, Rank};
 pub use error::{ErrorKind, Result, TorchError};
+use stablehlo::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
-use stablehlo::Value;
 
 /// A lowering's result: one entry per non-aliased return of the op.
 #[derive(Clone, Debug)]

@@ -346,8 +346,8 @@ fn hardtanh(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         None => k(cx, 1.0, v),
     };
     // clamp: NaN stays NaN.
-    let out = crate::ops::elementwise::nan_min_max(cx, v, lo, true);
-    let out = crate::ops::elementwise::nan_min_max(cx, out, hi, false);
+    let out = crate::blocks::nan::nan_min_max(cx, v, lo, true);
+    let out = crate::blocks::nan::nan_min_max(cx, out, hi, false);
     one(cx.cast(out, x.dtype))
 }
 
@@ -396,8 +396,8 @@ fn hardsigmoid_value(cx: &mut Cx, x: Value) -> Value {
     let zero = k(cx, 0.0, x);
     let six = k(cx, 6.0, x);
     let t = cx.add(x, three);
-    let t = crate::ops::elementwise::nan_min_max(cx, t, zero, true);
-    let t = crate::ops::elementwise::nan_min_max(cx, t, six, false);
+    let t = crate::blocks::nan::nan_min_max(cx, t, zero, true);
+    let t = crate::blocks::nan::nan_min_max(cx, t, six, false);
     cx.div(t, six)
 }
 
@@ -479,7 +479,7 @@ fn log_sigmoid_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = cx.abs(v);
     let na = cx.neg(a);
     let z = cx.exp(na);
-    let m = crate::ops::elementwise::nan_min_max(cx, v, zero, false);
+    let m = crate::blocks::nan::nan_min_max(cx, v, zero, false);
     let l = cx.log1p(z);
     let out = cx.sub(m, l);
     let out = cx.cast(out, x.dtype);
@@ -824,7 +824,7 @@ fn native_dropout(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
              without a Generator argument (ops tagged nondeterministic_seeded)"
         );
     }
-    let u = crate::ops::factories::uniform01(cx, args, &dims, false)?;
+    let u = crate::blocks::rng::uniform01(cx, args, &dims, false)?;
     let thr = cx.full(p1m, DType::F32, &dims);
     let mask = cx.compare(CmpDir::Lt, u, thr);
     let scale = if p1m == 0.0 { 0.0 } else { 1.0 / p1m };

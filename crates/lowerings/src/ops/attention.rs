@@ -7,11 +7,11 @@
 //! save the L x S probability matrices of every layer instead. Scores and softmax run in f32
 //! (f64 stays f64); the two products take the inputs' dtype with f32 accumulation.
 use crate::args::{Arg, Args, Tensor};
+use crate::blocks::contract::contract;
+use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::linalg::products::contract;
-use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{check, Out, Registry};
 use stablehlo::{CmpDir, Value};
 

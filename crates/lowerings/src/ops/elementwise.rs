@@ -1,6 +1,8 @@
 //! Elementwise ops: arithmetic with PyTorch's type promotion, comparisons, logical and
 //! bitwise ops, unary math, activations, where/clamp/masked_fill.
 use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::nan::{is_nan, nan_min_max};
+use crate::blocks::type_names::meta_name;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::{Result, TorchError};
@@ -162,10 +164,6 @@ fn float_result(d: DType) -> DType {
     } else {
         DType::F32
     }
-}
-
-fn is_nan(cx: &mut Cx, v: Value) -> Value {
-    cx.compare(CmpDir::Ne, v, v)
 }
 
 // Builder methods under names usable as fn pointers.
@@ -389,24 +387,6 @@ fn min_max(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
     );
     let (a, b) = pair(cx, x, y, dt)?;
     one(nan_min_max(cx, a, b, is_max))
-}
-
-/// max/min that propagate NaN like PyTorch.
-pub(crate) fn nan_min_max(cx: &mut Cx, a: Value, b: Value, is_max: bool) -> Value {
-    let m = if cx.dtype(a) == DType::Bool {
-        if is_max { cx.or(a, b) } else { cx.and(a, b) }
-    } else if is_max {
-        cx.max(a, b)
-    } else {
-        cx.min(a, b)
-    };
-    if !cx.dtype(a).is_float() {
-        return m;
-    }
-    let an = is_nan(cx, a);
-    let bn = is_nan(cx, b);
-    let m = cx.select(bn, b, m);
-    cx.select(an, a, m)
 }
 
 fn maximum(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -683,23 +663,6 @@ fn relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.select(neg, zero, x.v))
 }
 
-/// The C++ name PyTorch's internal asserts print for a dtype (`caffe2::TypeMeta::name`).
-fn cpp_type_name(d: DType) -> &'static str {
-    match d {
-        DType::Bool => "bool",
-        DType::U8 => "unsigned char",
-        DType::I8 => "signed char",
-        DType::I16 => "short int",
-        DType::I32 => "int",
-        DType::I64 => "long int",
-        DType::F16 => "c10::Half",
-        DType::BF16 => "c10::BFloat16",
-        DType::F32 => "float",
-        DType::F64 => "double",
-        _ => d.torch_name(),
-    }
-}
-
 /// _add_relu(self, other, alpha) (Tensor and Scalar overloads): clamp(self + alpha * other,
 /// 0, max of self's dtype) in the promoted dtype, as PyTorch's add_clamp kernel computes it:
 /// alpha converted to the result dtype unchecked (ints truncate it), NaN kept, +inf
@@ -715,7 +678,7 @@ fn add_relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         DType::I8 => i8::MAX as f64,
         DType::F32 => f32::MAX as f64,
         DType::F64 => f64::MAX,
-        d => bail!(Runtime, "false INTERNAL ASSERT FAILED at \"aten/src/ATen/native/BinaryOps.cpp\": Unsupported datatype for add_relu:{}", cpp_type_name(d)),
+        d => bail!(Runtime, "false INTERNAL ASSERT FAILED at \"aten/src/ATen/native/BinaryOps.cpp\": Unsupported datatype for add_relu:{}", meta_name(d)),
     };
     if let Some(alpha) = args.opt_scalar("alpha")? {
         if !matches!(alpha, Scalar::Int(1) | Scalar::Bool(true)) {

@@ -5,10 +5,10 @@
 //! where the plugin compiles it (`set_ragged_dot`), else dense products of every group that
 //! keep each row's own (G times the arithmetic; XLA:CPU has no ragged dot).
 use crate::args::{Args, Tensor};
+use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::reductions::acc_type;
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +48,7 @@ fn membership(cx: &mut Cx, offs: Value, positions: i64, acc: DType) -> Value {
     // group(p) = number of ends <= p; p is in group j when group(p) == j.
     let past = cx.b.compare(CmpDir::Le, ends, pos);
     let past = cx.cast(past, DType::I64);
-    let group = crate::ops::reductions::reduce(cx, past, &[1], crate::ops::reductions::Red::Sum);
+    let group = crate::blocks::reduce::reduce(cx, past, &[1], crate::blocks::reduce::Red::Sum);
     let group = cx.b.broadcast_in_dim(group, &[positions, g], &[0]);
     let col = cx.b.iota(&ty, 1);
     let member = cx.b.compare(CmpDir::Eq, group, col);

@@ -10,11 +10,13 @@
 //! synchronization for device ones (see engine/src/checks.rs). `_unsafe_index` and
 //! `_unsafe_index_put` do not check, as in PyTorch.
 use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::gather::{combine, compact_positions, count_all, cumsum_1d, index_select_check, nonzero_coords, numel, scatter_along, take_along, Combine};
+use crate::blocks::type_names::tensor_type_name;
 use crate::cx::{broadcast_shapes, wrap_dim, Bound, Cx};
 use crate::dtype::{DType, Rank};
 use crate::error::{ErrorKind, Result};
 use crate::{bail, check, one, Out, Registry};
-use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
+use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
 pub fn register(r: &mut Registry) {
     r.add("_assert_async", assert_async);
@@ -79,82 +81,6 @@ pub(crate) fn wrap_negative(cx: &mut Cx, idx: Value, n: i64) -> Value {
     cx.select(neg, w, i)
 }
 
-/// Sum of all elements as a 0-d int64 (bools count their trues).
-pub(crate) fn count_all(cx: &mut Cx, v: Value) -> Value {
-    let v = cx.convert(v, ElemType::I64);
-    let r = cx.rank(v) as i64;
-    let z = cx.constant_i64(0, ElemType::I64);
-    let dims: Vec<i64> = (0..r).collect();
-    cx.reduce(&[v], &[z], &dims, |b, a| vec![b.add(a[0], a[1])])[0]
-}
-
-/// Inclusive prefix sum of a 1-D value, in log2(n) shifted adds.
-pub(crate) fn cumsum_1d(cx: &mut Cx, v: Value) -> Value {
-    let n = cx.dims(v)[0];
-    let e = cx.elem(v);
-    let zero = cx.constant_i64(0, e);
-    let mut acc = v;
-    let mut s = 1;
-    while s < n {
-        let head = cx.slice(acc, &[0], &[n - s], &[1]);
-        let shifted = cx.pad(head, zero, &[s], &[0], &[0]);
-        acc = cx.add(acc, shifted);
-        s *= 2;
-    }
-    acc
-}
-
-/// For each element of a 1-D bool `mask`: its rank among the true elements (0-based) where
-/// true, and `trash` where false. The targets of a compaction.
-fn compact_positions(cx: &mut Cx, mask: Value, trash: i64) -> Value {
-    let m = cx.convert(mask, ElemType::I64);
-    let c = cumsum_1d(cx, m);
-    let dims = cx.dims(c);
-    let one_ = cx.full(1.0, I64, &dims);
-    let pos = cx.sub(c, one_);
-    let t = cx.full(trash as f64, I64, &dims);
-    cx.select(mask, pos, t)
-}
-
-/// How a scatter combines the current value with an update.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Combine {
-    Replace,
-    Add,
-    Mul,
-    Max,
-    Min,
-}
-
-fn combine(b: &mut Builder, c: Combine, cur: Value, upd: Value) -> Value {
-    let e = b.elem(cur);
-    let pred = e == ElemType::Pred;
-    match c {
-        Combine::Replace => upd,
-        Combine::Add if pred => b.or(cur, upd),
-        Combine::Add => b.add(cur, upd),
-        Combine::Mul if pred => b.and(cur, upd),
-        Combine::Mul => b.mul(cur, upd),
-        Combine::Max | Combine::Min => {
-            let is_max = c == Combine::Max;
-            let m = match (pred, is_max) {
-                (true, true) => b.or(cur, upd),
-                (true, false) => b.and(cur, upd),
-                (false, true) => b.max(cur, upd),
-                (false, false) => b.min(cur, upd),
-            };
-            if !e.is_float() {
-                return m;
-            }
-            // NaN wins, like PyTorch's CPU kernels.
-            let un = b.compare(CmpDir::Ne, upd, upd);
-            let m = b.select(un, upd, m);
-            let cn = b.compare(CmpDir::Ne, cur, cur);
-            b.select(cn, cur, m)
-        }
-    }
-}
-
 /// Scatter with full per-element coordinates: `coords` is [S..., r] int64, `updates` is [S...].
 fn scatter_points(cx: &mut Cx, x: Value, coords: Value, updates: Value, c: Combine) -> Value {
     let r = cx.rank(x) as i64;
@@ -197,43 +123,6 @@ fn along_coords(cx: &mut Cx, index: Value, dim: usize) -> Value {
         })
         .collect();
     cx.concatenate(&parts, r as i64)
-}
-
-/// `x` with dim `dim` indexed by the int tensor `idx` (any dims I): dims D[..dim] + I + D[dim+1..].
-pub(crate) fn take_along(cx: &mut Cx, x: Value, dim: usize, idx: Value) -> Value {
-    let d = cx.dims(x);
-    let r = d.len();
-    let k = cx.rank(idx) as i64;
-    let mut slice = d.clone();
-    slice[dim] = 1;
-    let offset_dims: Vec<i64> = (0..r).filter(|&i| i != dim).map(|i| if i < dim { i as i64 } else { i as i64 - 1 + k }).collect();
-    let dn = GatherDims {
-        offset_dims,
-        collapsed_slice_dims: vec![dim as i64],
-        start_index_map: vec![dim as i64],
-        index_vector_dim: k,
-        ..Default::default()
-    };
-    let idx = cx.convert(idx, ElemType::I64);
-    cx.gather(x, idx, &dn, &slice, false)
-}
-
-/// Combines `updates` (dims of `x` with dim `dim` of size n) into `x` at the 1-D index `idx` [n].
-pub(crate) fn scatter_along(cx: &mut Cx, x: Value, dim: usize, idx: Value, updates: Value, c: Combine) -> Value {
-    let r = cx.rank(x);
-    let dn = ScatterDims {
-        update_window_dims: (0..r).filter(|&i| i != dim).map(|i| i as i64).collect(),
-        inserted_window_dims: vec![dim as i64],
-        scatter_dims_to_operand_dims: vec![dim as i64],
-        index_vector_dim: 1,
-        ..Default::default()
-    };
-    let idx = cx.convert(idx, ElemType::I64);
-    cx.scatter(x, idx, updates, &dn, move |b, cur, upd| combine(b, c, cur, upd))
-}
-
-fn numel(dims: &[i64]) -> i64 {
-    dims.iter().product()
 }
 
 /// A Scalar or 0-d tensor argument as a 0-d value of `dtype`.
@@ -287,30 +176,6 @@ fn index_select(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let idx = cx.reshape(index.v, &[n]);
     one(take_along(cx, x.v, dim, idx))
-}
-
-/// index_select's bounds check of `index` into dim `dim` of a tensor of dims `xd` (not 0-d),
-/// with the messages of PyTorch's CPU kernel, which differ by path. Returns whether there is
-/// anything to gather.
-pub(crate) fn index_select_check(cx: &mut Cx, xd: &[i64], dim: usize, index: Value) -> Result<bool> {
-    let n = numel(&cx.dims(index));
-    let size = xd[dim];
-    let indices_msg = format!("INDICES element is out of DATA bounds, id={{value}} axis_dim={size}");
-    if xd.len() == 1 {
-        check!(n == 0 || size > 0, Index, "index out of range in self");
-        cx.check_index(index, 0, size, ErrorKind::Index, "index out of range in self");
-    } else if n == 0 {
-        return Ok(false);
-    } else if numel(xd) == 0 {
-        check!(size > 0, Runtime, "index_select(): self indexing axis dim should be positive");
-        cx.check_index(index, 0, size, ErrorKind::Runtime, indices_msg);
-        return Ok(false);
-    } else if dim == 1 {
-        cx.check_index(index, 0, size, ErrorKind::Runtime, indices_msg);
-    } else {
-        cx.check_index(index, 0, size, ErrorKind::Index, "index out of range in self");
-    }
-    Ok(n > 0 && numel(xd) > 0)
 }
 
 fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -1475,11 +1340,6 @@ fn embedding_renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.select(hit, scaled, w.v))
 }
 
-/// The legacy tensor type name PyTorch prints in argument checks ("torch.FloatTensor").
-fn tensor_type_name(d: DType) -> String {
-    format!("torch.{}Tensor", d.torch_name())
-}
-
 // ---- data-dependent sizes -------------------------------------------------------------------------
 
 fn size(args: &Args) -> Result<i64> {
@@ -1490,30 +1350,6 @@ fn nonzero_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let b = cx.cast(x.v, DType::Bool);
     one(count_all(cx, b))
-}
-
-/// The coordinates of the true elements of `mask` (row-major), `rows` of them, padded with
-/// `fill` when there are fewer.
-pub(crate) fn nonzero_coords(cx: &mut Cx, mask: Value, rows: i64, fill: i64) -> Value {
-    let dims = cx.dims(mask);
-    let r = dims.len() as i64;
-    let n = numel(&dims);
-    if r == 0 || n == 0 || rows == 0 {
-        return cx.splat_i64(fill, &TensorType::new(ElemType::I64, &[rows, r]));
-    }
-    let ty = TensorType::new(ElemType::I64, &dims);
-    let parts: Vec<Value> = (0..r)
-        .map(|d| {
-            let c = cx.iota(&ty, d);
-            cx.reshape(c, &[n, 1])
-        })
-        .collect();
-    let coords = cx.concatenate(&parts, 1);
-    let flat = cx.reshape(mask, &[n]);
-    let pos = compact_positions(cx, flat, rows);
-    let rows_plus = cx.splat_i64(fill, &TensorType::new(ElemType::I64, &[rows + 1, r]));
-    let out = scatter_along(cx, rows_plus, 0, pos, coords, Combine::Replace);
-    cx.slice(out, &[0, 0], &[rows, r], &[1, 1])
 }
 
 fn nonzero(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {

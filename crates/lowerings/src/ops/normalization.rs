@@ -6,10 +6,11 @@
 //!
 //! 16-bit floats are computed in float32 and rounded once at the end.
 use crate::args::{Args, Tensor};
+use crate::blocks::reduce::{acc_type, opt_dtype, reduce, unreduce, Red};
+use crate::blocks::round16::{is_16bit, round_to};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{result_type, DType};
 use crate::error::Result;
-use crate::ops::reductions::{acc_type, opt_dtype, reduce, unreduce, Red};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
@@ -104,10 +105,6 @@ fn apply_reduction(cx: &mut Cx, loss: Value, red: Reduction) -> Value {
 fn scalar_float(args: &Args, name: &str, dt: DType, cx: &mut Cx) -> Result<Value> {
     let s = args.scalar(name)?;
     Ok(cx.scalar(s, dt))
-}
-
-pub(crate) fn is_16bit(d: DType) -> bool {
-    matches!(d, DType::F16 | DType::BF16)
 }
 
 // ---- softmax --------------------------------------------------------------------------------------
@@ -933,17 +930,6 @@ fn bce_operands(cx: &mut Cx, args: &Args) -> Result<(Tensor, Vec<Value>, Option<
         None => None,
     };
     Ok((x, vs, w, acc))
-}
-
-/// Rounds a float32 intermediate to a 16-bit dtype and back: PyTorch's CPU loss kernels do
-/// their elementwise arithmetic in the input dtype, rounding after every operation.
-pub(crate) fn round_to(cx: &mut Cx, v: Value, dt: DType) -> Value {
-    if !is_16bit(dt) {
-        return v;
-    }
-    let acc = cx.dtype(v);
-    let r = cx.cast(v, dt);
-    cx.cast(r, acc)
 }
 
 /// binary_cross_entropy(self, target, weight, reduction), logs clamped at -100 like PyTorch.

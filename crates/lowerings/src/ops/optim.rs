@@ -40,7 +40,7 @@ fn compute_dtype(d: DType) -> DType {
 fn lerp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let end = args.tensor("end")?;
-    let name = |d: DType| crate::ops::linalg::products::cpp_type_name(d);
+    let name = |d: DType| crate::blocks::type_names::cpp_type_name(d);
     check!(
         x.dtype == end.dtype,
         Runtime,
@@ -492,7 +492,7 @@ fn fused_adam(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let epsb = bc(cx, eps, p);
         let sq_src = if amsgrad {
             let mx = cx.cast(max_sqs[i].v, f);
-            let mx_new = crate::ops::elementwise::nan_min_max(cx, mx, v_new, true);
+            let mx_new = crate::blocks::nan::nan_min_max(cx, mx, v_new, true);
             let mx_new = keep_if_skipped(cx, fs.skip, max_sqs[i].v, mx_new);
             o_mx.push(cx.cast(mx_new, max_sqs[i].dtype));
             mx_new
@@ -541,7 +541,7 @@ fn amp_unscale(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let gf = cx.cast(g.v, f);
         let finite = cx.is_finite(gf);
         let all: Vec<i64> = (0..cx.dims(gf).len() as i64).collect();
-        let all_finite = crate::ops::reductions::reduce(cx, finite, &all, crate::ops::reductions::Red::And);
+        let all_finite = crate::blocks::reduce::reduce(cx, finite, &all, crate::blocks::reduce::Red::And);
         let bad = cx.not(all_finite);
         any_bad = cx.or(any_bad, bad);
         let s = bc(cx, inv_s, gf);

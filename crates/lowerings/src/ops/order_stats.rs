@@ -7,10 +7,10 @@
 //! index choices: nth_element on (value, index) pairs for median, the last of equal values
 //! for mode (whose CPU kernel sorts stably for up to 16 elements).
 use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::reduce::{acc_type, keep, opt_dtype, reduce, reduce_dims, sort_with_indices, unreduce, Red};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::reductions::{acc_type, keep, opt_dtype, reduce, reduce_dims, sort_with_indices, unreduce, Red};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
@@ -257,7 +257,7 @@ fn kthvalue(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let strides = vec![1; r];
     let v = cx.slice(s, &start, &limit, &strides);
     let i = cx.slice(i, &start, &limit, &strides);
-    let out = crate::ops::reductions::reduced_shape(&in_dims, &[d as i64], keepdim);
+    let out = crate::blocks::reduce::reduced_shape(&in_dims, &[d as i64], keepdim);
     let v = cx.reshape(v, &out);
     let i = cx.reshape(i, &out);
     Ok(vec![Out::Tensor(v), Out::Tensor(i)])
@@ -281,7 +281,7 @@ fn mode(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let d = wrap_dim(dim, in_dims.len())?;
     let n = in_dims[d];
-    let out_shape = crate::ops::reductions::reduced_shape(&in_dims, &[d as i64], keepdim);
+    let out_shape = crate::blocks::reduce::reduced_shape(&in_dims, &[d as i64], keepdim);
     if cx.numel(x.v) == 0 {
         let v = cx.full(0.0, x.dtype, &out_shape);
         let i = cx.full(0.0, DType::I64, &out_shape);
@@ -319,7 +319,7 @@ fn mode(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let run_start = cx.or(is_first, differs_prev);
     // Start of each element's run: a running max of the start positions.
     let starts = cx.select(run_start, pos, zero_pos);
-    let starts = crate::ops::reductions::scan(cx, starts, d, Red::Max);
+    let starts = crate::blocks::reduce::scan(cx, starts, d, Red::Max);
     let one_ = cx.full(1.0, DType::I64, &in_dims);
     let len = cx.sub(pos, starts);
     let len = cx.add(len, one_);
@@ -717,8 +717,8 @@ fn hist_weight(cx: &mut Cx, args: &Args, x: &Tensor, m: i64, one_d: bool) -> Res
         w.dtype == x.dtype,
         Runtime,
         "torch.histogramdd: if weight tensor is provided, input tensor and weight tensor should have the same dtype, but got input({}), and weight({})",
-        crate::ops::linalg::products::cpp_type_name(x.dtype),
-        crate::ops::linalg::products::cpp_type_name(w.dtype)
+        crate::blocks::type_names::cpp_type_name(x.dtype),
+        crate::blocks::type_names::cpp_type_name(w.dtype)
     );
     let wd = cx.dims(w.v);
     let xd = cx.dims(x.v);
@@ -1096,8 +1096,8 @@ fn histogram(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             bins.dtype == dt,
             Runtime,
             "torch.histogramdd: input tensor and bins tensors should have the same dtype, but got input with dtype {} and bins for dimension 0 with dtype {}",
-            crate::ops::linalg::products::cpp_type_name(dt),
-            crate::ops::linalg::products::cpp_type_name(bins.dtype)
+            crate::blocks::type_names::cpp_type_name(dt),
+            crate::blocks::type_names::cpp_type_name(bins.dtype)
         );
         let weight = hist_weight(cx, args, &x, m, true)?;
         hist_dtype_check(&x)?;
@@ -1159,9 +1159,9 @@ fn histogramdd_from_bin_tensors(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             b.dtype == x.dtype,
             Runtime,
             "torch.histogramdd: input tensor and bins tensors should have the same dtype, but got input with dtype {} and bins for dimension {} with dtype {}",
-            crate::ops::linalg::products::cpp_type_name(x.dtype),
+            crate::blocks::type_names::cpp_type_name(x.dtype),
             d,
-            crate::ops::linalg::products::cpp_type_name(b.dtype)
+            crate::blocks::type_names::cpp_type_name(b.dtype)
         );
         let bd = cx.dims(b.v);
         check!(

@@ -7,10 +7,10 @@
 //! state from one stablehlo.rng_bit_generator to the next; rejection samplers carry it through
 //! a while loop that runs until every element has accepted a sample.
 use crate::args::{Args, Tensor};
+use crate::blocks::loops::{loop_more, next_count};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::special::{loop_more, next_count};
 use crate::{check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
@@ -182,7 +182,7 @@ fn cauchy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let median = float_param(args, "median", 0.0)?;
     let sigma = float_param(args, "sigma", 1.0)?;
     check!(sigma > 0.0, Runtime, "cauchy_ expects sigma > 0.0, but found sigma={}", sigma);
-    continuous_check(&x, "Cauchy", crate::ops::linalg::products::cpp_type_name)?;
+    continuous_check(&x, "Cauchy", crate::blocks::type_names::cpp_type_name)?;
     let dims = cx.dims(x.v);
     let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
     let half = cx.full(0.5, acc, &dims);
@@ -1031,10 +1031,10 @@ fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let l = cx.log(u);
         let q = cx.neg(l);
         let key = cx.div(p, q);
-        let (_, order) = crate::ops::reductions::sort_with_indices(cx, key, 1, true);
+        let (_, order) = crate::blocks::reduce::sort_with_indices(cx, key, 1, true);
         cx.slice(order, &[0, 0], &[rows, n], &[1, 1])
     } else {
-        let cdf = crate::ops::reductions::scan(cx, p, 1, crate::ops::reductions::Red::Sum);
+        let cdf = crate::blocks::reduce::scan(cx, p, 1, crate::blocks::reduce::Red::Sum);
         let total = cx.slice(cdf, &[0, cats - 1], &[rows, cats], &[1, 1]);
         let total = cx.reshape(total, &[rows]);
         let tb = cx.broadcast_in_dim(total, &[rows, cats], &[0]);
@@ -1060,7 +1060,7 @@ fn randperm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(n >= 0, Runtime, "n must be non-negative, got{}", n);
     let dtype = match args.tensor("out") {
         Ok(o) => o.dtype,
-        Err(_) => crate::ops::reductions::opt_dtype(args, "dtype")?.unwrap_or(DType::I64),
+        Err(_) => crate::blocks::reduce::opt_dtype(args, "dtype")?.unwrap_or(DType::I64),
     };
     check!(!dtype.is_complex() && dtype != DType::Bool, NotImplemented, "randperm is not implemented for {} on tpu", dtype.torch_name());
     let limit = match dtype {

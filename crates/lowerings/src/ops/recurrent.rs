@@ -9,10 +9,10 @@
 //! hidden new-gate pre-activation plus its bias. Arithmetic runs in float32 for 16-bit inputs
 //! (the kernels' accumulate type) and each result is rounded once.
 use crate::args::{Args, Tensor};
+use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{bail, check, Out, Registry};
 use stablehlo::Value;
 

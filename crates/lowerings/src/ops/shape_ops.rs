@@ -1,10 +1,10 @@
 //! Shape ops that move data (the pure views are metadata in the C++ shim): cat, flip, roll,
 //! tril/triu, unfold_backward, repeat_interleave.
 use crate::args::Args;
+use crate::blocks::gather::{count_all, cumsum_1d, nonzero_coords, scatter_along, Combine};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{can_cast, promote, DType};
 use crate::error::Result;
-use crate::ops::indexing::{count_all, cumsum_1d, nonzero_coords, scatter_along, Combine};
 use crate::{check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 

@@ -10,11 +10,11 @@
 //! bias. For 16-bit floats every intermediate PyTorch materializes is rounded to the input
 //! dtype where it does; products accumulate in float32.
 use crate::args::{Args, Scalar, Tensor};
+use crate::blocks::contract::contract;
+use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::linalg::products::contract;
-use crate::ops::reductions::{acc_type, reduce, Red};
 use crate::{bail, check, Out, Registry};
 use stablehlo::{CmpDir, Value};
 

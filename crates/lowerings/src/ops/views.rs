@@ -137,7 +137,7 @@ fn embedding(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let mut out = id.clone();
     out.push(wd[1]);
     // PyTorch's embedding is weight.index_select(0, indices.reshape(-1)): its bounds check.
-    if !crate::ops::indexing::index_select_check(cx, &wd, 0, idx.v)? {
+    if !crate::blocks::gather::index_select_check(cx, &wd, 0, idx.v)? {
         return one(cx.full(0.0, w.dtype, &out));
     }
     let flat = cx.reshape(idx.v, &[n, 1]);

@@ -14,6 +14,9 @@ use crate::ops::linalg::{
     max as max_over, pivot_magnitude as cabs1, splat as spl, sum as sum_over, to_elem as as_elem,
 };
 use crate::args::{Args, Scalar, Tensor};
+use crate::blocks::contract::contract;
+use crate::blocks::loops::select_all;
+use crate::blocks::type_names::{check_scalar_type, cpp_type_name};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -41,49 +44,6 @@ pub fn register(r: &mut Registry) {
 }
 
 // ---- helpers ---------------------------------------------------------------------------------
-
-/// The C++ type name PyTorch prints for a dtype in some messages (caffe2::TypeMeta).
-pub(crate) fn cpp_type_name(d: DType) -> &'static str {
-    use DType::*;
-    match d {
-        U8 => "unsigned char",
-        I8 => "signed char",
-        I16 => "short int",
-        I32 => "int",
-        I64 => "long int",
-        F16 => "c10::Half",
-        F32 => "float",
-        F64 => "double",
-        C64 => "c10::complex<float>",
-        C128 => "c10::complex<double>",
-        Bool => "bool",
-        BF16 => "c10::BFloat16",
-        F8E5M2 => "c10::Float8_e5m2",
-        F8E4M3FN => "c10::Float8_e4m3fn",
-        U16 => "unsigned short",
-        U32 => "unsigned int",
-        U64 => "unsigned long",
-    }
-}
-
-/// The dtype products are summed in: f32 for 16-bit floats, the dtype itself otherwise.
-fn acc_dtype(d: DType) -> DType {
-    match d {
-        DType::BF16 | DType::F16 => DType::F32,
-        d => d,
-    }
-}
-
-/// One contraction of `a` and `b` (same dtype), summed in `acc_dtype`. Result dims: batch,
-/// then a's free dims, then b's free dims.
-pub(crate) fn contract(cx: &mut Cx, a: Value, b: Value, batch: (&[i64], &[i64]), contracting: (&[i64], &[i64])) -> Value {
-    let d = cx.dtype(a);
-    let acc = acc_dtype(d);
-    // f32 (and wider) must not run as reduced-precision passes; 16-bit inputs are exact anyway.
-    let precise = matches!(d, DType::F32 | DType::F64 | DType::C64 | DType::C128);
-    cx.set_precision(if precise { Some(Precision::Highest) } else { None });
-    cx.dot_general(a, b, batch.0, batch.1, contracting.0, contracting.1, acc.elem())
-}
 
 fn dims_str(d: &[i64]) -> String {
     format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
@@ -186,19 +146,6 @@ fn out_dtype(args: &Args, input: DType) -> Result<DType> {
 
 fn not_bool(d: DType, kernel: &str) -> Result<()> {
     check!(d != DType::Bool, NotImplemented, "\"{}\" not implemented for 'Bool'", kernel);
-    Ok(())
-}
-
-/// The dtype check of a second operand against the first, with the message PyTorch's kernels
-/// give (bmm/baddbmm/mv/addmv here; the losses' weights and gradients).
-pub(crate) fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
-    check!(
-        expected == found,
-        Runtime,
-        "expected scalar type {} but found {}",
-        expected.torch_name(),
-        found.torch_name()
-    );
     Ok(())
 }
 
@@ -1341,12 +1288,6 @@ fn plane_rot(b: &mut Builder, x: Value, y: Value, cs: Value, sn: Value) -> (Valu
     let b2 = b.mul(sn, x);
     let ny = b.sub(b1, b2);
     (nx, ny)
-}
-
-/// select(pred, on_true[k], on_false[k]) for each k: one condition choosing between two sets
-/// of values (the cases of dlanv2 and dlahqr's steps, the state updates of series loops).
-pub(crate) fn select_all(b: &mut Builder, pred: Value, on_true: &[Value], on_false: &[Value]) -> Vec<Value> {
-    on_true.iter().zip(on_false).map(|(&t, &f)| b.select(pred, t, f)).collect()
 }
 
 /// dlahqr's 3-row reflector I - t1 [1 v2 v3]^T [1 v2 v3] on three lines x (rows or columns):

@@ -16,13 +16,15 @@
 //! Every op computes 16-bit floats in float32 and rounds once, like PyTorch's CPU kernels.
 //! Checks that need tensor data (class indices out of range, lengths of the Tensor overload of
 //! _ctc_loss) are not made: PyTorch raises for them on CPU.
-use crate::ops::normalization::{is_16bit, reduction, round_to, Reduction};
 use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::contract::contract;
+use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::blocks::round16::{is_16bit, round_to};
+use crate::blocks::type_names::{check_scalar_type, tensor_type_name};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::linalg::products::{check_scalar_type, contract};
-use crate::ops::reductions::{acc_type, reduce, Red};
+use crate::ops::normalization::{reduction, Reduction};
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
@@ -860,10 +862,6 @@ impl Lengths {
     }
 }
 
-fn tensor_type_name(d: DType) -> String {
-    format!("torch.{}Tensor", d.torch_name())
-}
-
 /// The checked operands of a CTC call.
 struct Ctc {
     lp: Tensor,
@@ -1448,7 +1446,7 @@ fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
         bail!(NotImplemented, "rrelu_with_noise on tpu needs the device generator");
     }
     let double = dt == DType::F64;
-    let u = crate::ops::factories::uniform01(cx, args, &[numel], double)?;
+    let u = crate::blocks::rng::uniform01(cx, args, &[numel], double)?;
     let u = cx.reshape(u, &xd);
     let acc = if double { DType::F64 } else { DType::F32 };
     let lo = k(cx, lower, u);

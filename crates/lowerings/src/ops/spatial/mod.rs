@@ -9,11 +9,11 @@
 //! scatter-adds along the same indices. Windowed maxima and sums use reduce_window. 16-bit
 //! floats are computed in float32 and rounded once, like PyTorch's CPU kernels.
 use crate::args::{Arg, Args};
+use crate::blocks::gather::{scatter_along, take_along, Combine};
+use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::indexing::{scatter_along, take_along, Combine};
-use crate::ops::reductions::acc_type;
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
@@ -947,7 +947,7 @@ fn adaptive_avg_pool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let xv = cx.cast(x.v, acc);
     let (y, _, _, counts) = adaptive_gather(cx, xv, &out, true);
     let kdims: Vec<i64> = (0..n).map(|i| (lead + 2 * i + 1) as i64).collect();
-    let s = crate::ops::reductions::reduce(cx, y, &kdims, crate::ops::reductions::Red::Sum);
+    let s = crate::blocks::reduce::reduce(cx, y, &kdims, crate::blocks::reduce::Red::Sum);
     let s = divide_counts(cx, s, &counts);
     one(cx.cast(s, x.dtype))
 }
@@ -2596,7 +2596,7 @@ fn gs_sampling(cx: &mut Cx, g: &Grid, sizes: &[i64], mode: i64, padding: i64, al
 fn grid_checks(cx: &Cx, input: &crate::Tensor, grid: &crate::Tensor, n: usize, mode: i64) -> Result<()> {
     let id = cx.dims(input.v);
     let gd = cx.dims(grid.v);
-    crate::ops::linalg::products::check_scalar_type(input.dtype, grid.dtype)?;
+    crate::blocks::type_names::check_scalar_type(input.dtype, grid.dtype)?;
     check!(
         id.len() == n + 2 && gd.len() == n + 2,
         Runtime,
@@ -2778,7 +2778,7 @@ fn grid_sampler_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>>
         // Sum over channels of grad * value, times the weight's derivatives.
         let v = gs_read(cx, chl, t);
         let pv = cx.mul(v, go);
-        let sv = crate::ops::reductions::reduce(cx, pv, &[cdim], crate::ops::reductions::Red::Sum);
+        let sv = crate::blocks::reduce::reduce(cx, pv, &[cdim], crate::blocks::reduce::Red::Sum);
         for d in 0..n {
             let a = cx.mul(sv, s.dw[k][d]);
             gc[d] = Some(match gc[d] {

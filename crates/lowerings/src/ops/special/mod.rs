@@ -8,11 +8,11 @@
 //! 16-bit floats are computed in float32 and rounded once, as PyTorch's CPU kernels upcast
 //! them; the Cephes-derived algorithms follow PyTorch's ATen/native/Math.h.
 use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::loops::{any_true, loop_more, next_count, select_all};
+use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
-use crate::ops::linalg::products::select_all;
-use crate::ops::reductions::acc_type;
 use crate::{bail, check, one, Out, Registry};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
@@ -267,36 +267,10 @@ fn chbevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
     cx.mul(half, d)
 }
 
-/// True where any element of a pred is true, as a 0-d pred (inside loop regions).
-fn any_true(b: &mut Builder, p: Value) -> Value {
-    let r = b.rank(p) as i64;
-    if r == 0 {
-        return p;
-    }
-    let init = b.constant_bool(false);
-    let dims: Vec<i64> = (0..r).collect();
-    b.reduce(&[p], &[init], &dims, |b, a| vec![b.or(a[0], a[1])])[0]
-}
-
 /// A constant of `x` shaped like `like` inside a region.
 fn bk(b: &mut Builder, x: f64, like: Value) -> Value {
     let ty = b.ty(like).clone();
     b.splat_f64(x, &ty)
-}
-
-/// A series loop's condition: fewer than `limit` steps taken (the 0-d counter `i`) and some
-/// element still `pending`.
-pub(crate) fn loop_more(b: &mut Builder, i: Value, pending: Value, limit: i64) -> Value {
-    let lim = b.constant_i64(limit, ElemType::I64);
-    let more = b.compare(CmpDir::Lt, i, lim);
-    let any = any_true(b, pending);
-    b.and(more, any)
-}
-
-/// A loop counter's next value, i + 1.
-pub(crate) fn next_count(b: &mut Builder, i: Value) -> Value {
-    let one_i = b.constant_i64(1, ElemType::I64);
-    b.add(i, one_i)
 }
 
 /// The 0-d int64 `i` as a float shaped like `like` (a series' term number).
@@ -2221,7 +2195,7 @@ fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let o = cx.full(off, acc, &dims);
         let t = cx.add(xv, o);
         let t = cx.chlo("lgamma", &[t]);
-        let t = crate::ops::normalization::round_to(cx, t, dt);
+        let t = crate::blocks::round16::round_to(cx, t, dt);
         total = Some(match total {
             None => t,
             Some(s) => cx.add(s, t),
@@ -2230,7 +2204,7 @@ fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let total = total.unwrap();
     let c = (p * (p - 1)) as f64 * std::f64::consts::PI.ln() * 0.25;
     let cv = cx.full(c, acc, &dims);
-    let total = crate::ops::normalization::round_to(cx, total, dt);
+    let total = crate::blocks::round16::round_to(cx, total, dt);
     let r = cx.add(total, cv);
     one(cx.cast(r, dt))
 }
@@ -2260,7 +2234,7 @@ fn kaiser_window(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     };
     let k = cx.iota(&TensorType { elem: acc.elem(), dims: vec![n] }, 0);
     // PyTorch's kernel gets arange's values in the window's dtype.
-    let k = crate::ops::normalization::round_to(cx, k, dt);
+    let k = crate::blocks::round16::round_to(cx, k, dt);
     let alpha = cx.full((len - 1) as f64 / 2.0, acc, &[n]);
     let r = cx.sub(k, alpha);
     let r = cx.div(r, alpha);
