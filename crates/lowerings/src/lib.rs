@@ -26,9 +26,9 @@ pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, Host
 pub use ops::grouped_mm::set_ragged_dot;
 pub use dtype::{can_cast, promote, result_type, DType, Rank};
 pub use error::{ErrorKind, Result, TorchError};
-use stablehlo::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
+use stablehlo::Value;
 
 /// A lowering's result: one entry per non-aliased return of the op.
 #[derive(Clone, Debug)]
@@ -163,6 +163,14 @@ pub fn registry() -> &'static Registry {
         graph::register(&mut r);
         ops::views::register(&mut r);
         ops::linalg::products::register(&mut r);
+        ops::linalg::cholesky::register(&mut r);
+        ops::linalg::lu::register(&mut r);
+        ops::linalg::qr::register(&mut r);
+        ops::linalg::ldl::register(&mut r);
+        ops::linalg::eigen::register(&mut r);
+        ops::linalg::eigen::jacobi::register(&mut r);
+        ops::linalg::lstsq::register(&mut r);
+        ops::linalg::matrix_exp::register(&mut r);
         ops::activations::register(&mut r);
         ops::optim::register(&mut r);
         ops::conv::register(&mut r);

@@ -10,8 +10,8 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check, one, Out, Registry};
-use stablehlo::{CmpDir, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
+use stablehlo::{CmpDir, Value};
 
 static RAGGED_DOT: AtomicBool = AtomicBool::new(false);
 
