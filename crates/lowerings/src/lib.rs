@@ -175,6 +175,7 @@ pub fn registry() -> &'static Registry {
         ops::optim::register(&mut r);
         ops::conv::register(&mut r);
         ops::reductions::register(&mut r);
+        ops::softmax::register(&mut r);
         ops::normalization::register(&mut r);
         ops::indexing::register(&mut r);
         ops::shape_ops::register(&mut r);
@@ -184,7 +185,11 @@ pub fn registry() -> &'static Registry {
         ops::random::register(&mut r);
         ops::fft::register(&mut r);
         ops::linalg::register(&mut r);
-        ops::losses::register(&mut r);
+        ops::losses::nll::register(&mut r);
+        ops::losses::pointwise::register(&mut r);
+        ops::losses::margin::register(&mut r);
+        ops::losses::ctc::register(&mut r);
+        ops::distance::register(&mut r);
         ops::attention::register(&mut r);
         ops::grouped_mm::register(&mut r);
         ops::complex::register(&mut r);

@@ -169,3 +169,20 @@ pub(crate) fn index_select_check(cx: &mut Cx, xd: &[i64], dim: usize, index: Val
     }
     Ok(n > 0 && numel(xd) > 0)
 }
+
+/// `v[idx]` for a 1-d `v` and integer indices of any shape (clamped into range).
+pub(crate) fn take_1d(cx: &mut Cx, v: Value, idx: Value) -> Value {
+    let mut id = cx.dims(idx);
+    let r = id.len() as i64;
+    id.push(1);
+    let idx = cx.reshape(idx, &id);
+    let dn = GatherDims {
+        offset_dims: vec![],
+        collapsed_slice_dims: vec![0],
+        operand_batching_dims: vec![],
+        start_indices_batching_dims: vec![],
+        start_index_map: vec![0],
+        index_vector_dim: r,
+    };
+    cx.gather(v, idx, &dn, &[1], false)
+}

@@ -1,6 +1,7 @@
 //! Building blocks shared by the op families: reductions, contractions, gathers and scatters,
 //! 16-bit rounding, loop pieces, NaN handling, generator draws and dtype names. Nothing here
 //! registers a lowering.
+pub(crate) mod consts;
 pub(crate) mod contract;
 pub(crate) mod gather;
 pub(crate) mod loops;

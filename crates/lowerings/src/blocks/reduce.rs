@@ -216,3 +216,16 @@ pub(crate) fn sort_with_indices(cx: &mut Cx, v: Value, dim: usize, descending: b
     });
     (r[0], r[1])
 }
+
+/// The single reduced dim of a softmax-like op along `dim` (none for a 0-d input).
+pub(crate) fn along(dim: i64, ndim: usize) -> Result<Vec<i64>> {
+    let d = wrap_dim(dim, ndim)?;
+    Ok(if ndim == 0 { vec![] } else { vec![d as i64] })
+}
+
+/// `v` reduced with `red` over `dims` and broadcast back to `v`'s shape.
+pub(crate) fn reduce_back(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Value {
+    let in_dims = cx.dims(v);
+    let r = reduce(cx, v, dims, red);
+    unreduce(cx, r, &in_dims, dims)
+}

@@ -63,3 +63,9 @@ pub(crate) fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
     );
     Ok(())
 }
+
+pub(crate) fn check_float_kernel(dt: DType, kernel: &str, allow_16: bool) -> Result<()> {
+    let ok = matches!(dt, DType::F32 | DType::F64) || (allow_16 && dt == DType::BF16);
+    check!(ok, NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    Ok(())
+}

@@ -3,7 +3,9 @@
 //! prelu) and the backward ops autograd calls for every activation (threshold_backward for
 //! relu, gelu/silu/sigmoid/tanh_backward, ...). 16-bit floats compute in f32 and round once,
 //! like PyTorch's CPU kernels.
-use crate::args::{Args, Scalar, Tensor};
+use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::reduce::acc_type;
+use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{result_type, DType};
 use crate::error::{Result, TorchError};
@@ -46,6 +48,9 @@ pub fn register(r: &mut Registry) {
     r.add("_prelu_kernel_backward", prelu_kernel_backward);
     r.add_specialized("native_dropout", native_dropout);
     r.add("native_dropout_backward", native_dropout_backward);
+    // lower <= upper is checked, so the bounds are compiled in.
+    r.add_specialized("rrelu_with_noise", rrelu_with_noise);
+    r.add_specialized("rrelu_with_noise_functional", rrelu_with_noise_functional);
 }
 
 // ---- helpers ---------------------------------------------------------------------------------
@@ -866,4 +871,76 @@ fn native_dropout_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         cx.mul(out, s)
     };
     one(cx.cast(out, dt))
+}
+
+// ---- rrelu ------------------------------------------------------------------------------------------
+
+/// rrelu_with_noise(self, noise!, lower, upper, training, generator): in training, negative
+/// inputs are scaled by a slope drawn uniformly from [lower, upper] (recorded in noise; 1
+/// elsewhere); in evaluation by (lower + upper) / 2. Returns (noise, out): noise is written.
+fn rrelu_with_noise(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (out, noise) = rrelu_core(cx, args)?;
+    Ok(vec![Out::Tensor(noise), Out::Tensor(out)])
+}
+
+/// rrelu_with_noise_functional(...) -> (out, noise_out).
+fn rrelu_with_noise_functional(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (out, noise) = rrelu_core(cx, args)?;
+    Ok(vec![Out::Tensor(out), Out::Tensor(noise)])
+}
+
+fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
+    let x = args.tensor("self")?;
+    let noise = args.tensor("noise")?;
+    let lower = args.opt_scalar("lower")?.map_or(0.125, scalar_value);
+    let upper = args.opt_scalar("upper")?.map_or(1.0 / 3.0, scalar_value);
+    let training = args.bool_or("training", false)?;
+    let xd = cx.dims(x.v);
+    let nd = cx.dims(noise.v);
+    check!(
+        xd == nd,
+        Runtime,
+        "noise tensor shape must match self tensor shape. Got self.shape = {:?} noise.shape = {:?}",
+        xd,
+        nd
+    );
+    check!(lower <= upper, Runtime, "Lower bound should be less than or equal to the upper bound");
+    let dt = x.dtype;
+    if !training {
+        check!(dt.is_float(), NotImplemented, "\"leaky_relu_cpu\" not implemented for '{}'", dt.torch_name());
+        let acc = acc_type(dt);
+        let xv = cx.cast(x.v, acc);
+        let slope = (lower + upper) / 2.0;
+        let s = k(cx, slope, xv);
+        let zero = k(cx, 0.0, xv);
+        let pos = cx.compare(CmpDir::Gt, xv, zero);
+        let neg = cx.mul(xv, s);
+        let y = cx.select(pos, xv, neg);
+        return Ok((cx.cast(y, dt), noise.v));
+    }
+    check_float_kernel(dt, "rrelu_with_noise_out_cpu", true)?;
+    check_scalar_type(dt, noise.dtype)?;
+    let numel = cx.numel(x.v);
+    if numel == 0 {
+        return Ok((x.v, noise.v));
+    }
+    if !matches!(args.get("generator"), Some(Arg::Generator(_))) {
+        bail!(NotImplemented, "rrelu_with_noise on tpu needs the device generator");
+    }
+    let double = dt == DType::F64;
+    let u = crate::blocks::rng::uniform01(cx, args, &[numel], double)?;
+    let u = cx.reshape(u, &xd);
+    let acc = if double { DType::F64 } else { DType::F32 };
+    let lo = k(cx, lower, u);
+    let range = k(cx, upper - lower, u);
+    let r = cx.mul(u, range);
+    let r = cx.add(r, lo);
+    let xv = cx.cast(x.v, acc);
+    let zero = k(cx, 0.0, xv);
+    let one_ = k(cx, 1.0, xv);
+    let le = cx.compare(CmpDir::Le, xv, zero);
+    let scaled = cx.mul(xv, r);
+    let y = cx.select(le, scaled, xv);
+    let nz = cx.select(le, r, one_);
+    Ok((cx.cast(y, dt), cx.cast(nz, dt)))
 }

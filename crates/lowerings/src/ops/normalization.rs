@@ -1,24 +1,23 @@
-//! Softmax, normalization and losses: _softmax/_log_softmax and their backward ops,
-//! native_batch_norm (which also carries layer_norm on this backend: PyTorch's composite
-//! native_layer_norm calls it) and its backward, native_layer_norm_backward, nll_loss(2d),
-//! mse_loss and binary_cross_entropy with their backward ops; the fused weight norm
-//! (_weight_norm_interface) and its backward.
+//! Normalization layers: batch norm (native_batch_norm, _native_batch_norm_legit*,
+//! batch_norm_update_stats, the newer entry points _batch_norm_with_update(_functional) and
+//! batch_norm_backward), layer norm, group norm and the fused weight norm, with their backward ops.
 //!
-//! 16-bit floats are computed in float32 and rounded once at the end.
-use crate::args::{Args, Tensor};
-use crate::blocks::reduce::{acc_type, opt_dtype, reduce, unreduce, Red};
-use crate::blocks::round16::{is_16bit, round_to};
-use crate::cx::{wrap_dim, Cx};
-use crate::dtype::{result_type, DType};
+//! 16-bit floats are computed in float32 and rounded once at the end. native_layer_norm and
+//! native_group_norm are routed past their composites (lib.rs's ROUTED_OPS), which would
+//! round 16-bit intermediates.
+use crate::args::{Arg, Args, Tensor};
+// `constant` is this file's name for consts::k.
+use crate::blocks::consts::{k, k as constant};
+use crate::blocks::reduce::{acc_type, reduce, reduce_back, unreduce, Red};
+use crate::blocks::round16::is_16bit;
+use crate::blocks::type_names::check_scalar_type;
+use crate::cx::Cx;
+use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
-use stablehlo::{CmpDir, ElemType, TensorType, Value};
+use crate::{bail, check, Out, Registry};
+use stablehlo::Value;
 
 pub fn register(r: &mut Registry) {
-    r.add("_softmax", |cx, a| softmax(cx, a, false));
-    r.add("_log_softmax", |cx, a| softmax(cx, a, true));
-    r.add("_softmax_backward_data", |cx, a| softmax_backward(cx, a, false));
-    r.add("_log_softmax_backward_data", |cx, a| softmax_backward(cx, a, true));
     r.add_writing("native_batch_norm", &["running_mean", "running_var"], native_batch_norm);
     r.add("_native_batch_norm_legit", native_batch_norm_legit);
     r.add("_native_batch_norm_legit_functional", native_batch_norm_legit_functional);
@@ -26,169 +25,26 @@ pub fn register(r: &mut Registry) {
     r.add("native_layer_norm", native_layer_norm);
     r.add("native_batch_norm_backward", native_batch_norm_backward);
     r.add("native_layer_norm_backward", native_layer_norm_backward);
-    r.add("nll_loss_forward", |cx, a| nll_loss_forward(cx, a, false));
-    r.add("nll_loss2d_forward", |cx, a| nll_loss_forward(cx, a, true));
-    r.add("nll_loss_backward", |cx, a| nll_loss_backward(cx, a, false));
-    r.add("nll_loss2d_backward", |cx, a| nll_loss_backward(cx, a, true));
-    r.add("mse_loss", mse_loss);
-    // The threshold decides the program's shape (beta = 0 is plain L1) and is validated.
-    r.add_specialized("huber_loss", |cx, a| robust_loss(cx, a, false));
-    r.add_specialized("huber_loss_backward", |cx, a| robust_loss_backward(cx, a, false));
-    r.add_specialized("smooth_l1_loss", |cx, a| robust_loss(cx, a, true));
-    r.add_specialized("smooth_l1_loss_backward", |cx, a| robust_loss_backward(cx, a, true));
-    r.add("mse_loss_backward", mse_loss_backward);
     r.add_writing("batch_norm_update_stats", &["running_mean", "running_var"], batch_norm_update_stats);
-    r.add("binary_cross_entropy", binary_cross_entropy);
-    r.add("binary_cross_entropy_backward", binary_cross_entropy_backward);
     r.add("_weight_norm_interface", weight_norm_interface);
     r.add("_weight_norm_interface_backward", weight_norm_interface_backward);
+    r.add("native_group_norm", native_group_norm);
+    r.add("native_group_norm_backward", native_group_norm_backward);
+    r.add("_batch_norm_with_update", batch_norm_with_update);
+    r.add("_batch_norm_with_update_functional", batch_norm_with_update_functional);
+    r.add("batch_norm_backward", batch_norm_backward);
 }
 
 // ---- helpers ----------------------------------------------------------------------------------
-
-/// The single reduced dim of a softmax-like op along `dim` (none for a 0-d input).
-fn along(dim: i64, ndim: usize) -> Result<Vec<i64>> {
-    let d = wrap_dim(dim, ndim)?;
-    Ok(if ndim == 0 { vec![] } else { vec![d as i64] })
-}
-
-/// `v` reduced with `red` over `dims` and broadcast back to `v`'s shape.
-fn reduce_back(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Value {
-    let in_dims = cx.dims(v);
-    let r = reduce(cx, v, dims, red);
-    unreduce(cx, r, &in_dims, dims)
-}
 
 /// A per-channel vector of shape [C] broadcast along `dim` of `dims`.
 fn along_dim(cx: &mut Cx, v: Value, dims: &[i64], dim: usize) -> Value {
     cx.broadcast_in_dim(v, dims, &[dim as i64])
 }
 
-fn constant(cx: &mut Cx, x: f64, like: Value) -> Value {
-    let dt = cx.dtype(like);
-    let dims = cx.dims(like);
-    cx.full(x, dt, &dims)
-}
-
-/// Loss reductions as at::Reduction numbers them.
-#[derive(Copy, Clone, PartialEq, Eq)]
-pub(crate) enum Reduction {
-    None,
-    Mean,
-    Sum,
-}
-
-pub(crate) fn reduction(args: &Args) -> Result<Reduction> {
-    Ok(match args.int_or("reduction", 1)? {
-        0 => Reduction::None,
-        1 => Reduction::Mean,
-        2 => Reduction::Sum,
-        r => bail!(Value, "{} is not a valid value for reduction", r),
-    })
-}
-
-/// at::native's apply_loss_reduction: the elementwise loss, its sum, or its mean.
-fn apply_reduction(cx: &mut Cx, loss: Value, red: Reduction) -> Value {
-    let all: Vec<i64> = (0..cx.dims(loss).len() as i64).collect();
-    match red {
-        Reduction::None => loss,
-        Reduction::Sum => reduce(cx, loss, &all, Red::Sum),
-        Reduction::Mean => {
-            let n = cx.numel(loss);
-            let s = reduce(cx, loss, &all, Red::Sum);
-            let nv = constant(cx, n as f64, s);
-            cx.div(s, nv)
-        }
-    }
-}
-
 fn scalar_float(args: &Args, name: &str, dt: DType, cx: &mut Cx) -> Result<Value> {
     let s = args.scalar(name)?;
     Ok(cx.scalar(s, dt))
-}
-
-// ---- softmax --------------------------------------------------------------------------------------
-
-/// _softmax/_log_softmax(self, dim, half_to_float) and their out= forms. half_to_float (a
-/// Half input giving a float result) is supported as on CUDA.
-fn softmax(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let name = if log { "log_softmax" } else { "softmax" };
-    check!(
-        x.dtype.is_float(),
-        NotImplemented,
-        "\"{}_lastdim_kernel_impl\" not implemented for '{}'",
-        name,
-        x.dtype.torch_name()
-    );
-    let half_to_float = args.bool_or("half_to_float", false)?;
-    check!(!half_to_float || x.dtype == DType::F16, Runtime, "conversion is supported for Half type only");
-    let out_dt = if half_to_float { DType::F32 } else { x.dtype };
-    let in_dims = cx.dims(x.v);
-    let dim = args.int("dim")?;
-    let dims = along(dim, in_dims.len())?;
-    // PyTorch's CPU kernels for 16-bit floats round one intermediate to the input dtype: the
-    // exponentials when the softmax dim is not innermost, the sum of exponentials for a
-    // log_softmax over the innermost dim. Rounding the same way matches them to the last bit
-    // far more often than a plain float32 computation does.
-    let innermost = dims.iter().all(|&d| in_dims[d as usize + 1..].iter().all(|&s| s == 1));
-    let round_16 = |cx: &mut Cx, v: Value| {
-        if is_16bit(x.dtype) && !half_to_float {
-            let r = cx.cast(v, x.dtype);
-            cx.cast(r, DType::F32)
-        } else {
-            v
-        }
-    };
-    let v = cx.cast(x.v, acc_type(x.dtype));
-    let m = reduce_back(cx, v, &dims, Red::Max);
-    let z = cx.sub(v, m);
-    let e = cx.exp(z);
-    let s = reduce_back(cx, e, &dims, Red::Sum);
-    let r = if log {
-        let s = if innermost { round_16(cx, s) } else { s };
-        let l = cx.log(s);
-        cx.sub(z, l)
-    } else {
-        let e = if innermost { e } else { round_16(cx, e) };
-        cx.div(e, s)
-    };
-    one(cx.cast(r, out_dt))
-}
-
-/// _softmax_backward_data / _log_softmax_backward_data(grad_output, output, dim, input_dtype).
-fn softmax_backward(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
-    let g = args.tensor("grad_output")?;
-    let out = args.tensor("output")?;
-    let in_dt = opt_dtype(args, "input_dtype")?.unwrap_or(g.dtype);
-    check!(
-        g.dtype == in_dt || (g.dtype == DType::F32 && in_dt == DType::F16),
-        Runtime,
-        "expected input and grad types to match, or input to be at::Half and grad to be at::Float"
-    );
-    check!(
-        cx.dims(g.v) == cx.dims(out.v),
-        Runtime,
-        "grad_output and output must have the same shape, got {:?} and {:?}",
-        cx.dims(g.v),
-        cx.dims(out.v)
-    );
-    let dims = along(args.int("dim")?, cx.dims(g.v).len())?;
-    let acc = acc_type(g.dtype);
-    let gv = cx.cast(g.v, acc);
-    let ov = cx.cast(out.v, acc);
-    let r = if log {
-        let s = reduce_back(cx, gv, &dims, Red::Sum);
-        let p = cx.exp(ov);
-        let ps = cx.mul(p, s);
-        cx.sub(gv, ps)
-    } else {
-        let go = cx.mul(gv, ov);
-        let s = reduce_back(cx, go, &dims, Red::Sum);
-        let d = cx.sub(gv, s);
-        cx.mul(ov, d)
-    };
-    one(cx.cast(r, in_dt))
 }
 
 // ---- batch norm -----------------------------------------------------------------------------------
@@ -493,8 +349,8 @@ fn layer_norm_axis(cx: &Cx, x: &Tensor, shape: &[i64], w: Option<Tensor>, b: Opt
 }
 
 /// native_layer_norm(input, normalized_shape, weight, bias, eps) -> (out, mean, rstd), with
-/// mean and rstd shaped [outer..., 1...]. Eager calls reach PyTorch's composite version (which
-/// calls native_batch_norm); torch.compile graphs keep this op.
+/// mean and rstd shaped [outer..., 1...]. Eager calls are routed here past PyTorch's composite
+/// (ROUTED_OPS); torch.compile graphs keep this op.
 fn native_layer_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("input")?;
     check!(x.dtype.is_float(), NotImplemented, "\"LayerNormKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
@@ -602,508 +458,6 @@ fn native_layer_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dgamma = cx.cast(dgamma, wdt);
     let dbeta = cx.cast(dbeta, bdt);
     Ok(vec![Out::Tensor(gi), Out::Tensor(dgamma), Out::Tensor(dbeta)])
-}
-
-// ---- nll_loss -----------------------------------------------------------------------------------
-
-/// Checks of nll_loss(2d) and the input/target shaped as [N, C, rest...] / [N, rest...].
-struct Nll {
-    x: Tensor,
-    t: Tensor,
-    w: Option<Tensor>,
-    /// An unbatched input ([C] with a 0-d target), computed as a batch of one.
-    unbatched: bool,
-}
-
-fn nll_args(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Nll> {
-    let x = args.tensor("self")?;
-    let t = args.tensor("target")?;
-    let w = args.opt_tensor("weight")?;
-    let xd = cx.dims(x.v);
-    let td = cx.dims(t.v);
-    if two_d {
-        check!(
-            td.len() == 3,
-            Runtime,
-            "only batches of spatial targets supported (3D tensors) but got targets of dimension: {}",
-            td.len()
-        );
-        check!(
-            xd.len() == 4,
-            Runtime,
-            "only batches of spatial inputs supported (4D tensors), but got input of dimension: {}",
-            xd.len()
-        );
-        if let Some(w) = w {
-            check!(cx.numel(w.v) == xd[1], Runtime, "weight tensor should be defined either for all or no classes");
-        }
-        check!(
-            xd[0] == td[0] && xd[2] == td[1] && xd[3] == td[2],
-            Runtime,
-            "size mismatch (got input: {:?} , target: {:?}",
-            xd,
-            td
-        );
-    } else {
-        check!(!xd.is_empty() && xd.len() <= 2, Runtime, "input tensor should be 1D or 2D");
-        check!(td.len() <= 1, Runtime, "0D or 1D target tensor expected, multi-target not supported");
-        let no_batch = xd.len() == 1 && td.is_empty();
-        check!(
-            no_batch || xd[0] == td[0] || (xd.len() == 1 && td[0] == 1),
-            Runtime,
-            "size mismatch (got input: {:?}, target: {:?})",
-            xd,
-            td
-        );
-        let n_classes = *xd.last().unwrap();
-        if let Some(w) = w {
-            let wd = cx.dims(w.v);
-            check!(
-                wd.len() == 1 && wd[0] == n_classes,
-                Runtime,
-                "weight tensor should be defined either for all {} classes or no classes but got weight tensor of shape: {:?}",
-                n_classes,
-                wd
-            );
-        }
-    }
-    check!(
-        x.dtype.is_float(),
-        NotImplemented,
-        "\"{}\" not implemented for '{}'",
-        if two_d { "nll_loss2d_forward_out_frame" } else { "nll_loss_out_frame" },
-        x.dtype.torch_name()
-    );
-    check!(
-        t.dtype == DType::I64 || t.dtype == DType::U8,
-        Runtime,
-        "expected scalar type Long but found {}",
-        t.dtype.torch_name()
-    );
-    if let Some(w) = w {
-        check!(w.dtype == x.dtype, Runtime, "expected scalar type {} but found {}", x.dtype.torch_name(), w.dtype.torch_name());
-    }
-    let unbatched = xd.len() == 1;
-    let (mut x, mut t) = (x, t);
-    if unbatched {
-        x.v = cx.reshape(x.v, &[1, xd[0]]);
-        t.v = cx.reshape(t.v, &[1]);
-    }
-    Ok(Nll { x, t, w, unbatched })
-}
-
-/// For x [N, C, rest...] and targets [N, rest...]: the one-hot mask of the target classes,
-/// and each sample's weight (0 where the target is ignore_index), both in `acc`.
-fn nll_select(cx: &mut Cx, n: &Nll, ignore_index: i64, acc: DType) -> (Value, Value) {
-    let xd = cx.dims(n.x.v);
-    let nd = xd.len() as i64;
-    let t = cx.convert(n.t.v, ElemType::I64);
-    let tdims: Vec<i64> = std::iter::once(0).chain(2..nd).collect();
-    let tb = cx.broadcast_in_dim(t, &xd, &tdims);
-    let classes = cx.iota(&TensorType::new(ElemType::I64, &xd), 1);
-    let onehot = cx.compare(CmpDir::Eq, classes, tb);
-    let td = cx.dims(t);
-    let ig = cx.b.splat_i64(ignore_index, &TensorType::new(ElemType::I64, &td));
-    let valid = cx.compare(CmpDir::Ne, t, ig);
-    let wi = match n.w {
-        Some(w) => {
-            let wv = cx.cast(w.v, acc);
-            let wb = cx.broadcast_in_dim(wv, &xd, &[1]);
-            let zero = cx.full(0.0, acc, &xd);
-            let picked = cx.select(onehot, wb, zero);
-            reduce(cx, picked, &[1], Red::Sum)
-        }
-        None => cx.full(1.0, acc, &td),
-    };
-    let zero = cx.full(0.0, acc, &td);
-    let wi = cx.select(valid, wi, zero);
-    (onehot, wi)
-}
-
-/// nll_loss_forward / nll_loss2d_forward(self, target, weight, reduction, ignore_index)
-/// -> (output, total_weight). Targets outside [0, C) other than ignore_index contribute
-/// nothing here (PyTorch raises an IndexError on CPU).
-fn nll_loss_forward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> {
-    let n = nll_args(cx, args, two_d)?;
-    let red = reduction(args)?;
-    let ignore = args.int("ignore_index")?;
-    let acc = acc_type(n.x.dtype);
-    let (onehot, wi) = nll_select(cx, &n, ignore, acc);
-    let xv = cx.cast(n.x.v, acc);
-    let xd = cx.dims(xv);
-    let zero = cx.full(0.0, acc, &xd);
-    let picked = cx.select(onehot, xv, zero);
-    let xi = reduce(cx, picked, &[1], Red::Sum);
-    let li = cx.mul(wi, xi);
-    let li = cx.neg(li);
-    // Ignored samples contribute exactly zero, whatever their input values.
-    let zero_t = constant(cx, 0.0, li);
-    let pos = constant(cx, 0.0, wi);
-    let counted = cx.compare(CmpDir::Ne, wi, pos);
-    let li = cx.select(counted, li, zero_t);
-    let all: Vec<i64> = (0..cx.dims(li).len() as i64).collect();
-    let total = reduce(cx, wi, &all, Red::Sum);
-    let out = match red {
-        Reduction::None => {
-            if n.unbatched {
-                cx.reshape(li, &[])
-            } else {
-                li
-            }
-        }
-        Reduction::Sum => reduce(cx, li, &all, Red::Sum),
-        Reduction::Mean => {
-            let s = reduce(cx, li, &all, Red::Sum);
-            cx.div(s, total)
-        }
-    };
-    let total = if red == Reduction::None { cx.full(0.0, acc, &[]) } else { total };
-    let out = cx.cast(out, n.x.dtype);
-    let total = cx.cast(total, n.x.dtype);
-    Ok(vec![Out::Tensor(out), Out::Tensor(total)])
-}
-
-/// nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight, reduction,
-/// ignore_index, total_weight) -> grad_input.
-fn nll_loss_backward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> {
-    let g = args.tensor("grad_output")?;
-    let n = nll_args(cx, args, two_d)?;
-    let red = reduction(args)?;
-    let ignore = args.int("ignore_index")?;
-    let acc = acc_type(n.x.dtype);
-    let (onehot, wi) = nll_select(cx, &n, ignore, acc);
-    let xd = cx.dims(n.x.v);
-    let td = cx.dims(wi);
-    let gv = cx.cast(g.v, acc);
-    let gi = match red {
-        Reduction::None => {
-            let gd = cx.dims(gv);
-            check!(
-                cx.numel(gv) == td.iter().product::<i64>(),
-                Runtime,
-                "Expected a tensor of dimension 1 and tensor.size[0] == {} but got: dimension {} and tensor.size[0] == {}",
-                td[0],
-                gd.len(),
-                gd.first().copied().unwrap_or(1)
-            );
-            cx.reshape(gv, &td)
-        }
-        _ => {
-            check!(
-                cx.numel(gv) == 1,
-                Runtime,
-                "Expected a single element grad_output tensor, but got: {:?}",
-                cx.dims(gv)
-            );
-            let gs = cx.reshape(gv, &[]);
-            let gs = if red == Reduction::Mean {
-                let tw = args.tensor("total_weight")?;
-                let twv = cx.cast(tw.v, acc);
-                let twv = cx.reshape(twv, &[]);
-                cx.div(gs, twv)
-            } else {
-                gs
-            };
-            cx.broadcast_in_dim(gs, &td, &[])
-        }
-    };
-    let per = cx.mul(wi, gi);
-    let per = cx.neg(per);
-    let nd = xd.len() as i64;
-    let tdims: Vec<i64> = std::iter::once(0).chain(2..nd).collect();
-    let pb = cx.broadcast_in_dim(per, &xd, &tdims);
-    let zero = cx.full(0.0, acc, &xd);
-    let out = cx.select(onehot, pb, zero);
-    let out = if n.unbatched { cx.reshape(out, &[xd[1]]) } else { out };
-    one(cx.cast(out, n.x.dtype))
-}
-
-// ---- mse_loss ------------------------------------------------------------------------------------
-
-/// The promoted float dtype of a loss's operands, with PyTorch's error for integers.
-/// A loss kernel's norm converted to an integer dtype like c10's checked Scalar conversion
-/// (a mean over no elements is infinite and raises).
-fn int_norm(norm: f64, dt: DType) -> Result<f64> {
-    let name = match dt {
-        DType::I64 => "int64_t",
-        DType::I32 => "int",
-        DType::I16 => "int16_t",
-        DType::I8 => "int8_t",
-        _ => "uint8_t",
-    };
-    check!(norm.is_finite(), Runtime, "value cannot be converted to type {} without overflow", name);
-    Ok(norm.trunc())
-}
-
-/// The dtype of a loss backward whose CPU kernel also runs integers (mse, smooth_l1): Some
-/// for an integral (not bool) result.
-fn int_loss_dtype(ts: &[Tensor]) -> Option<DType> {
-    let dt = result_type(&ts.iter().map(|t| (t.dtype, t.rank)).collect::<Vec<_>>()).unwrap();
-    (dt.is_integral() && dt != DType::Bool).then_some(dt)
-}
-
-fn loss_dtype(ts: &[Tensor], kernel: &str) -> Result<DType> {
-    let dt = result_type(&ts.iter().map(|t| (t.dtype, t.rank)).collect::<Vec<_>>()).unwrap();
-    check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
-    Ok(dt)
-}
-
-/// mse_loss(self, target, reduction): (self - target)^2, broadcast, reduced.
-fn mse_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let y = args.tensor("target")?;
-    let dt = loss_dtype(&[x, y], "mse_cpu")?;
-    let red = reduction(args)?;
-    let acc = acc_type(dt);
-    let a = cx.cast(x.v, dt);
-    let a = cx.cast(a, acc);
-    let b = cx.cast(y.v, dt);
-    let b = cx.cast(b, acc);
-    let vs = cx.broadcast_all(&[a, b])?;
-    let d = cx.sub(vs[0], vs[1]);
-    let d = round_to(cx, d, dt);
-    let l = cx.mul(d, d);
-    let l = round_to(cx, l, dt);
-    let r = apply_reduction(cx, l, red);
-    one(cx.cast(r, dt))
-}
-
-/// mse_loss_backward(grad_output, self, target, reduction) = 2 (self - target) grad / N.
-fn mse_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let g = args.tensor("grad_output")?;
-    let x = args.tensor("self")?;
-    let y = args.tensor("target")?;
-    let red = reduction(args)?;
-    if let Some(dt) = int_loss_dtype(&[x, y, g]) {
-        // PyTorch's integer kernel: the norm (2 / numel for a mean) truncated to the dtype.
-        let norm = int_norm(if red == Reduction::Mean { 2.0 / cx.numel(x.v) as f64 } else { 2.0 }, dt)?;
-        let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, dt)).collect();
-        let vs = cx.broadcast_all(&vals)?;
-        let d = cx.sub(vs[0], vs[1]);
-        let k = constant(cx, norm, d);
-        let d = cx.mul(k, d);
-        return one(cx.mul(d, vs[2]));
-    }
-    let dt = loss_dtype(&[x, y, g], "mse_backward_cpu")?;
-    let acc = acc_type(dt);
-    let norm = if red == Reduction::Mean { 2.0 / cx.numel(x.v) as f64 } else { 2.0 };
-    let vals: Vec<Value> = [x, y, g]
-        .iter()
-        .map(|t| {
-            let v = cx.cast(t.v, dt);
-            cx.cast(v, acc)
-        })
-        .collect();
-    let vs = cx.broadcast_all(&vals)?;
-    let d = cx.sub(vs[0], vs[1]);
-    let d = round_to(cx, d, dt);
-    let k = constant(cx, norm, d);
-    let k = round_to(cx, k, dt);
-    let d = cx.mul(k, d);
-    let d = round_to(cx, d, dt);
-    let r = cx.mul(d, vs[2]);
-    one(cx.cast(r, dt))
-}
-
-// ---- binary_cross_entropy -----------------------------------------------------------------------
-
-/// The operands of binary_cross_entropy(_backward): input, target and weight in `acc`,
-/// broadcast to the input's shape.
-fn bce_operands(cx: &mut Cx, args: &Args) -> Result<(Tensor, Vec<Value>, Option<Value>, DType)> {
-    let x = args.tensor("self")?;
-    let t = args.tensor("target")?;
-    check!(x.dtype.is_float(), NotImplemented, "\"binary_cross_entropy\" not implemented for '{}'", x.dtype.torch_name());
-    check!(t.dtype == x.dtype, Runtime, "Found dtype {} but expected {}", t.dtype.torch_name(), x.dtype.torch_name());
-    let acc = acc_type(x.dtype);
-    let xv = cx.cast(x.v, acc);
-    let tv = cx.cast(t.v, acc);
-    let vs = cx.broadcast_all(&[xv, tv])?;
-    let w = match args.opt_tensor("weight")? {
-        Some(w) => {
-            check!(w.dtype == x.dtype, Runtime, "Found dtype {} but expected {}", w.dtype.torch_name(), x.dtype.torch_name());
-            let wv = cx.cast(w.v, acc);
-            let shape = cx.dims(vs[0]);
-            let b = crate::broadcast_shapes(&[shape.clone(), cx.dims(wv)])?;
-            check!(b == shape, Runtime, "output with shape {:?} doesn't match the broadcast shape {:?}", shape, b);
-            Some(cx.broadcast_to(wv, &shape))
-        }
-        None => None,
-    };
-    Ok((x, vs, w, acc))
-}
-
-/// binary_cross_entropy(self, target, weight, reduction), logs clamped at -100 like PyTorch.
-/// PyTorch's check that inputs lie in [0, 1] needs the data and is not made here.
-fn binary_cross_entropy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let red = reduction(args)?;
-    let (x, vs, w, _) = bce_operands(cx, args)?;
-    let dt = x.dtype;
-    let (xv, tv) = (vs[0], vs[1]);
-    let floor = constant(cx, -100.0, xv);
-    let lx = cx.log(xv);
-    let lx = round_to(cx, lx, dt);
-    let lx = cx.max(lx, floor);
-    let nx = cx.neg(xv);
-    let l1x = cx.log1p(nx);
-    let l1x = round_to(cx, l1x, dt);
-    let l1x = cx.max(l1x, floor);
-    // (t - 1) * log(1 - x) - t * log(x)
-    let one_ = constant(cx, 1.0, tv);
-    let tm1 = cx.sub(tv, one_);
-    let tm1 = round_to(cx, tm1, dt);
-    let a = cx.mul(tm1, l1x);
-    let a = round_to(cx, a, dt);
-    let b = cx.mul(tv, lx);
-    let b = round_to(cx, b, dt);
-    let mut l = cx.sub(a, b);
-    l = round_to(cx, l, dt);
-    if let Some(w) = w {
-        l = cx.mul(l, w);
-        l = round_to(cx, l, dt);
-    }
-    let r = apply_reduction(cx, l, red);
-    one(cx.cast(r, dt))
-}
-
-/// binary_cross_entropy_backward(grad_output, self, target, weight, reduction):
-/// grad * (x - t) / max((1 - x) x, 1e-12) * weight, over N for the mean.
-fn binary_cross_entropy_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let red = reduction(args)?;
-    let g = args.tensor("grad_output")?;
-    let (x, vs, w, acc) = bce_operands(cx, args)?;
-    let dt = x.dtype;
-    let (xv, tv) = (vs[0], vs[1]);
-    let shape = cx.dims(xv);
-    let gv = cx.cast(g.v, dt);
-    let gv = cx.cast(gv, acc);
-    let gv = cx.broadcast_to(gv, &shape);
-    let one_ = constant(cx, 1.0, xv);
-    let omx = cx.sub(one_, xv);
-    let omx = round_to(cx, omx, dt);
-    let den = cx.mul(omx, xv);
-    let den = round_to(cx, den, dt);
-    let eps = constant(cx, 1e-12, xv);
-    let eps = round_to(cx, eps, dt);
-    let den = cx.max(den, eps);
-    let num = cx.sub(xv, tv);
-    let num = round_to(cx, num, dt);
-    let num = cx.mul(gv, num);
-    let num = round_to(cx, num, dt);
-    let mut r = cx.div(num, den);
-    r = round_to(cx, r, dt);
-    if let Some(w) = w {
-        r = cx.mul(r, w);
-        r = round_to(cx, r, dt);
-    }
-    if red == Reduction::Mean {
-        let count = cx.numel(xv) as f64;
-        let n = constant(cx, count, r);
-        r = cx.div(r, n);
-    }
-    one(cx.cast(r, dt))
-}
-
-/// The threshold of huber_loss (delta > 0) or smooth_l1_loss (beta >= 0).
-fn robust_threshold(args: &Args, smooth_l1: bool) -> Result<f64> {
-    let (name, default) = if smooth_l1 { ("beta", 1.0) } else { ("delta", 1.0) };
-    let t = match args.opt_scalar(name)? {
-        None => default,
-        Some(crate::Scalar::Int(i)) => i as f64,
-        Some(crate::Scalar::Bool(b)) => b as i64 as f64,
-        Some(crate::Scalar::Float(f)) => f.value,
-    };
-    if smooth_l1 {
-        check!(t >= 0.0, Runtime, "smooth_l1_loss does not support negative values for beta.");
-    } else {
-        check!(t > 0.0, Runtime, "huber_loss does not support non-positive values for delta.");
-    }
-    Ok(t)
-}
-
-/// huber_loss: 0.5 d^2 where |d| < delta, else delta (|d| - delta / 2);
-/// smooth_l1_loss: the same divided by beta (plain |d| when beta = 0).
-fn robust_loss(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let y = args.tensor("target")?;
-    let dt = loss_dtype(&[x, y], if smooth_l1 { "smooth_l1_cpu" } else { "huber_cpu" })?;
-    let red = reduction(args)?;
-    let t = robust_threshold(args, smooth_l1)?;
-    let acc = acc_type(dt);
-    let a = cx.cast(x.v, acc);
-    let b = cx.cast(y.v, acc);
-    let vs = cx.broadcast_all(&[a, b])?;
-    let d = cx.sub(vs[0], vs[1]);
-    let ad = cx.abs(d);
-    let l = if smooth_l1 && t == 0.0 {
-        ad
-    } else {
-        let half = constant(cx, 0.5, ad);
-        let sq = cx.mul(ad, ad);
-        let sq = cx.mul(half, sq);
-        let tv = constant(cx, t, ad);
-        let ht = constant(cx, 0.5 * t, ad);
-        let lin = cx.sub(ad, ht);
-        let (quad, lin) = if smooth_l1 { (cx.div(sq, tv), lin) } else { (sq, cx.mul(tv, lin)) };
-        let small = cx.compare(CmpDir::Lt, ad, tv);
-        cx.select(small, quad, lin)
-    };
-    let r = apply_reduction(cx, l, red);
-    one(cx.cast(r, dt))
-}
-
-/// The gradient of robust_loss with respect to self.
-fn robust_loss_backward(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec<Out>> {
-    let g = args.tensor("grad_output")?;
-    let x = args.tensor("self")?;
-    let y = args.tensor("target")?;
-    let red = reduction(args)?;
-    let t = robust_threshold(args, smooth_l1)?;
-    if let (true, Some(dt)) = (smooth_l1, int_loss_dtype(&[x, y, g])) {
-        // PyTorch's integer kernel (its vectorized loop, which most elements take):
-        // norm * (x >= beta ? sign(x) : x / beta) * grad, beta and norm truncated to the dtype
-        // (norm is 1 / numel for a mean).
-        let norm = int_norm(if red == Reduction::Mean { 1.0 / cx.numel(x.v) as f64 } else { 1.0 }, dt)?;
-        let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, dt)).collect();
-        let vs = cx.broadcast_all(&vals)?;
-        let d = cx.sub(vs[0], vs[1]);
-        let zero = constant(cx, 0.0, d);
-        let pos = cx.compare(CmpDir::Gt, d, zero);
-        let p1 = constant(cx, 1.0, d);
-        let m1 = constant(cx, -1.0, d);
-        let sign = cx.select(pos, p1, m1);
-        let bt = t.trunc();
-        let bv = constant(cx, bt, d);
-        let ad = cx.abs(d);
-        let big = cx.compare(CmpDir::Ge, ad, bv);
-        // beta 0 never divides (|x| >= 0); keep the divisor nonzero for the unused lanes.
-        let safe = if bt == 0.0 { p1 } else { bv };
-        let q = cx.div(d, safe);
-        let o = cx.select(big, sign, q);
-        let k = constant(cx, norm, d);
-        let o = cx.mul(k, o);
-        return one(cx.mul(o, vs[2]));
-    }
-    let dt = loss_dtype(&[x, y, g], if smooth_l1 { "smooth_l1_backward_cpu" } else { "huber_backward_cpu" })?;
-    let acc = acc_type(dt);
-    let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, acc)).collect();
-    let vs = cx.broadcast_all(&vals)?;
-    let d = cx.sub(vs[0], vs[1]);
-    let ad = cx.abs(d);
-    let sign = cx.sign(d);
-    let dl = if smooth_l1 && t == 0.0 {
-        sign
-    } else {
-        let tv = constant(cx, t, ad);
-        let small = cx.compare(CmpDir::Lt, ad, tv);
-        let (inner, outer) = if smooth_l1 { (cx.div(d, tv), sign) } else { (d, cx.mul(tv, sign)) };
-        cx.select(small, inner, outer)
-    };
-    let mut gr = cx.mul(dl, vs[2]);
-    if red == Reduction::Mean {
-        let n = constant(cx, cx.numel(x.v) as f64, gr);
-        gr = cx.div(gr, n);
-    }
-    one(cx.cast(gr, dt))
 }
 
 // ---- weight norm ----------------------------------------------------------------------------------
@@ -1268,4 +622,289 @@ fn running_update(cx: &mut Cx, old: &Tensor, stat: Value, momentum: Value, acc: 
     let r = cx.cast(r, old.dtype);
     let od = cx.dims(old.v);
     cx.reshape(r, &od)
+}
+
+// ---- group norm -------------------------------------------------------------------------------------
+
+fn group_norm_checks(cx: &Cx, x: &Tensor, w: Option<Tensor>, b: Option<Tensor>, c: i64, group: i64) -> Result<()> {
+    let xd = cx.dims(x.v);
+    check!(group > 0, Runtime, "Expected num groups to be greater than 0, got {}", group);
+    check!(
+        c % group == 0,
+        Runtime,
+        "Expected number of channels in input to be divisible by num_groups, but got input of shape {:?} and num_groups={}",
+        xd,
+        group
+    );
+    for (t, name) in [(w, "weight"), (b, "bias")] {
+        if let Some(t) = t {
+            let td = cx.dims(t.v);
+            check!(
+                td.len() == 1 && td[0] == c,
+                Runtime,
+                "Expected {} to be a vector of size equal to the number of channels in input, but got {} of shape {:?} and input of shape {:?}",
+                name,
+                name,
+                td,
+                xd
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The (N, C, HxW, group) arguments of the group norm ops, checked against the input.
+fn group_dims(cx: &Cx, args: &Args, x: &Tensor) -> Result<(i64, i64, i64, i64)> {
+    let n = args.int("N")?;
+    let c = args.int("C")?;
+    let hw = args.int("HxW")?;
+    let group = args.int("group")?;
+    let xd = cx.dims(x.v);
+    check!(
+        xd.len() >= 2 && xd[0] == n && xd[1] == c && cx.numel(x.v) == n * c * hw,
+        Runtime,
+        "{}: input of shape {:?} does not have N = {}, C = {}, HxW = {}",
+        args.op,
+        xd,
+        n,
+        c,
+        hw
+    );
+    Ok((n, c, hw, group))
+}
+
+/// PyTorch's mixed-type rule: a 16-bit input with float32 parameters keeps float32 statistics.
+fn group_param_dtype(x: DType, params: &[Option<Tensor>]) -> Result<DType> {
+    let mixed = is_16bit(x) && params.iter().flatten().any(|p| p.dtype == DType::F32);
+    if mixed {
+        for p in params.iter().flatten() {
+            check!(p.dtype == DType::F32, Runtime, "mixed dtype (CPU): expect parameter to have scalar type of Float");
+        }
+        return Ok(DType::F32);
+    }
+    for p in params.iter().flatten() {
+        check_scalar_type(x, p.dtype)?;
+    }
+    Ok(x)
+}
+
+/// A per-(sample, group) statistic [N, G] repeated for each channel of its group, [N, C].
+fn group_to_channels(cx: &mut Cx, v: Value, c: i64) -> Value {
+    let ng = cx.dims(v);
+    let (n, group) = (ng[0], ng[1]);
+    let b = cx.broadcast_in_dim(v, &[n, group, c / group], &[0, 1]);
+    cx.reshape(b, &[n, c])
+}
+
+/// A per-channel parameter [C] in `acc` broadcast over `dims` ([N, C, ...], channels at 1;
+/// `fill` when absent).
+fn channel_param(cx: &mut Cx, p: Option<Tensor>, acc: DType, dims: &[i64], fill: f64) -> Value {
+    match p {
+        Some(p) => {
+            let v = cx.cast(p.v, acc);
+            cx.broadcast_in_dim(v, dims, &[1])
+        }
+        None => cx.full(fill, acc, dims),
+    }
+}
+
+/// A per-(sample, group) statistic [N, G] broadcast over [N, C, HxW].
+fn group_stat(cx: &mut Cx, v: Value, n: i64, c: i64, hw: i64, group: i64) -> Value {
+    let d = c / group;
+    let b = cx.broadcast_in_dim(v, &[n, group, d, hw], &[0, 1]);
+    cx.reshape(b, &[n, c, hw])
+}
+
+/// native_group_norm(input, weight, bias, N, C, HxW, group, eps) -> (out, mean, rstd).
+fn native_group_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("input")?;
+    let w = args.opt_tensor("weight")?;
+    let b = args.opt_tensor("bias")?;
+    let (n, c, hw, group) = group_dims(cx, args, &x)?;
+    group_norm_checks(cx, &x, w, b, c, group)?;
+    if crate::torch_version::group_norm_rejects_empty_spatial() {
+        check!(hw > 0, Runtime, "Expected HxW to be greater than 0, got {}", hw);
+    }
+    check!(x.dtype.is_float(), NotImplemented, "\"GroupNormKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
+    let stat_dt = group_param_dtype(x.dtype, &[w, b])?;
+    let xd = cx.dims(x.v);
+    if cx.numel(x.v) == 0 {
+        let y = cx.full(0.0, x.dtype, &xd);
+        let mean = cx.full(0.0, stat_dt, &[n, group]);
+        let rstd = cx.full(f64::NAN, stat_dt, &[n, group]);
+        return Ok(vec![Out::Tensor(y), Out::Tensor(mean), Out::Tensor(rstd)]);
+    }
+    let acc = acc_type(x.dtype);
+    let d = c / group;
+    let xv = cx.cast(x.v, acc);
+    let xg = cx.reshape(xv, &[n, group, d * hw]);
+    let cnt = cx.full((d * hw) as f64, acc, &[n, group]);
+    let s = reduce(cx, xg, &[2], Red::Sum);
+    let mean = cx.div(s, cnt);
+    let mb = cx.broadcast_in_dim(mean, &[n, group, d * hw], &[0, 1]);
+    let dv = cx.sub(xg, mb);
+    let d2 = cx.mul(dv, dv);
+    let s2 = reduce(cx, d2, &[2], Red::Sum);
+    let var = cx.div(s2, cnt);
+    let zero = k(cx, 0.0, var);
+    let var = cx.max(var, zero);
+    let eps = cx.scalar(args.scalar("eps")?, acc);
+    let eps = cx.broadcast_in_dim(eps, &[n, group], &[]);
+    let ve = cx.add(var, eps);
+    let sd = cx.sqrt(ve);
+    let one_ = k(cx, 1.0, sd);
+    let rstd = cx.div(one_, sd);
+    // y = x * scale + bias with scale = rstd * gamma, bias = beta - scale * mean.
+    let dims = [n, c, hw];
+    let x3 = cx.reshape(xv, &dims);
+    let rb = group_stat(cx, rstd, n, c, hw, group);
+    let mb = group_stat(cx, mean, n, c, hw, group);
+    let gm = channel_param(cx, w, acc, &dims, 1.0);
+    let bt = channel_param(cx, b, acc, &dims, 0.0);
+    let scale = cx.mul(rb, gm);
+    let sm = cx.mul(scale, mb);
+    let bias = cx.sub(bt, sm);
+    let y = cx.mul(x3, scale);
+    let y = cx.add(y, bias);
+    let y = cx.cast(y, x.dtype);
+    let y = cx.reshape(y, &xd);
+    let mean = cx.cast(mean, stat_dt);
+    let rstd = cx.cast(rstd, stat_dt);
+    Ok(vec![Out::Tensor(y), Out::Tensor(mean), Out::Tensor(rstd)])
+}
+
+/// native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group,
+/// output_mask) -> (grad_input, grad_weight, grad_bias), with PyTorch's CPU formulas.
+fn native_group_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let dy = args.tensor("grad_out")?;
+    let x = args.tensor("input")?;
+    let mean = args.tensor("mean")?;
+    let rstd = args.tensor("rstd")?;
+    let w = args.opt_tensor("weight")?;
+    let (n, c, hw, group) = group_dims(cx, args, &x)?;
+    check!(x.dtype == dy.dtype, Runtime, "Expected scalar types of X and dY are same.");
+    check!(x.dtype.is_float(), NotImplemented, "\"GroupNormBackwardKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
+    check!(group > 0 && c % group == 0, Runtime, "Expected number of channels in input to be divisible by num_groups");
+    for (t, name) in [(&mean, "mean"), (&rstd, "rstd")] {
+        check!(cx.numel(t.v) == n * group, Runtime, "native_group_norm_backward: {} should have {} elements", name, n * group);
+    }
+    let xd = cx.dims(x.v);
+    let pdt = w.map(|w| w.dtype).unwrap_or(x.dtype);
+    if cx.numel(x.v) == 0 {
+        let gx = cx.full(0.0, x.dtype, &xd);
+        let gw = cx.full(0.0, pdt, &[c]);
+        let gb = cx.full(0.0, pdt, &[c]);
+        return Ok(vec![Out::Tensor(gx), Out::Tensor(gw), Out::Tensor(gb)]);
+    }
+    let acc = acc_type(x.dtype);
+    let d = c / group;
+    let dims = [n, c, hw];
+    let dyv = cx.cast(dy.v, acc);
+    let dyv = cx.reshape(dyv, &dims);
+    let xv = cx.cast(x.v, acc);
+    let xv = cx.reshape(xv, &dims);
+    let mv = cx.cast(mean.v, acc);
+    let mv = cx.reshape(mv, &[n, group]);
+    let rv = cx.cast(rstd.v, acc);
+    let rv = cx.reshape(rv, &[n, group]);
+    // ds = sum_hw dY X, db = sum_hw dY: [N, C].
+    let dyx = cx.mul(dyv, xv);
+    let ds = reduce(cx, dyx, &[2], Red::Sum);
+    let db = reduce(cx, dyv, &[2], Red::Sum);
+    let gamma = channel_param(cx, w, acc, &[n, c], 1.0);
+    // Per group: ds_g = sum ds gamma, db_g = sum db gamma.
+    let group_sum = |cx: &mut Cx, v: Value| {
+        let vg = cx.mul(v, gamma);
+        let vg = cx.reshape(vg, &[n, group, d]);
+        reduce(cx, vg, &[2], Red::Sum)
+    };
+    let dsg = group_sum(cx, ds);
+    let dbg = group_sum(cx, db);
+    let sv = cx.full(1.0 / (d * hw) as f64, acc, &[n, group]);
+    // c2 = (db_g mean - ds_g) rstd^3 s, c3 = -c2 mean - db_g rstd s.
+    let t = cx.mul(dbg, mv);
+    let t = cx.sub(t, dsg);
+    let r3 = cx.mul(rv, rv);
+    let r3 = cx.mul(r3, rv);
+    let c2 = cx.mul(t, r3);
+    let c2 = cx.mul(c2, sv);
+    let c2m = cx.mul(c2, mv);
+    let c3 = cx.neg(c2m);
+    let dr = cx.mul(dbg, rv);
+    let dr = cx.mul(dr, sv);
+    let c3 = cx.sub(c3, dr);
+    // dX = rstd gamma dY + c2 X + c3.
+    let rb = group_stat(cx, rv, n, c, hw, group);
+    let gb3 = cx.broadcast_in_dim(gamma, &dims, &[0, 1]);
+    let c1 = cx.mul(rb, gb3);
+    let c2b = group_stat(cx, c2, n, c, hw, group);
+    let c3b = group_stat(cx, c3, n, c, hw, group);
+    let a = cx.mul(c1, dyv);
+    let bx = cx.mul(c2b, xv);
+    let gx = cx.add(a, bx);
+    let gx = cx.add(gx, c3b);
+    let gx = cx.cast(gx, x.dtype);
+    let gx = cx.reshape(gx, &xd);
+    // dgamma = sum_n (ds - db mean) rstd, dbeta = sum_n db.
+    let mc = group_to_channels(cx, mv, c);
+    let rc = group_to_channels(cx, rv, c);
+    let dbm = cx.mul(db, mc);
+    let gw = cx.sub(ds, dbm);
+    let gw = cx.mul(gw, rc);
+    let gw = reduce(cx, gw, &[0], Red::Sum);
+    let gbeta = reduce(cx, db, &[0], Red::Sum);
+    let gw = cx.cast(gw, pdt);
+    let gbeta = cx.cast(gbeta, pdt);
+    Ok(vec![Out::Tensor(gx), Out::Tensor(gw), Out::Tensor(gbeta)])
+}
+
+// ---- batch norm entry points ----------------------------------------------------------------------
+
+/// Calls another registered lowering with renamed and extra arguments.
+fn call_lowering(cx: &mut Cx, args: &Args, name: &str, renames: &[(&str, &str)], extra: &[(&str, Arg)]) -> Result<Vec<Out>> {
+    let Some(l) = crate::registry().get(name) else {
+        bail!(NotImplemented, "torchtpu: no lowering named {}", name);
+    };
+    let mut names: Vec<String> = args
+        .names
+        .iter()
+        .map(|n| renames.iter().find(|(from, _)| from == n).map_or(n.clone(), |(_, to)| to.to_string()))
+        .collect();
+    let mut values: Vec<Arg> = args.values.to_vec();
+    for (n, v) in extra {
+        names.push(n.to_string());
+        values.push(v.clone());
+    }
+    (l.f)(cx, &Args { op: args.op, names: &names, values: &values })
+}
+
+/// _batch_norm_with_update(input, weight, bias, running_mean!, running_var!, momentum, eps)
+/// -> (out, save_mean, save_invstd, reserve): training batch norm; the updated running
+/// statistics come first (they are written).
+fn batch_norm_with_update(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let mut outs = call_lowering(cx, args, "_native_batch_norm_legit", &[], &[("training", Arg::Bool(true))])?;
+    check!(outs.len() == 5, Runtime, "_batch_norm_with_update: running_mean and running_var are required");
+    outs.push(Out::Tensor(cx.full(0.0, DType::U8, &[0])));
+    Ok(outs)
+}
+
+/// _batch_norm_with_update_functional(...) -> (out, save_mean, save_invstd, reserve,
+/// running_mean_out, running_var_out).
+fn batch_norm_with_update_functional(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let outs = call_lowering(cx, args, "_native_batch_norm_legit", &[], &[("training", Arg::Bool(true))])?;
+    check!(outs.len() == 5, Runtime, "_batch_norm_with_update_functional: running_mean and running_var are required");
+    let mut it = outs.into_iter();
+    let (rm, rv) = (it.next().unwrap(), it.next().unwrap());
+    let mut res: Vec<Out> = it.collect();
+    res.push(Out::Tensor(cx.full(0.0, DType::U8, &[0])));
+    res.push(rm);
+    res.push(rv);
+    Ok(res)
+}
+
+/// batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean,
+/// save_var, update, eps, output_mask, reserve): native_batch_norm_backward with `update` as
+/// its training flag and save_var holding the saved inverse standard deviation.
+fn batch_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    call_lowering(cx, args, "native_batch_norm_backward", &[("save_var", "save_invstd"), ("update", "train")], &[])
 }
