@@ -178,6 +178,11 @@ pub fn registry() -> &'static Registry {
         ops::softmax::register(&mut r);
         ops::normalization::register(&mut r);
         ops::indexing::register(&mut r);
+        ops::embedding::register(&mut r);
+        ops::nonzero_unique::register(&mut r);
+        ops::search::register(&mut r);
+        ops::histogram::register(&mut r);
+        ops::asserts::register(&mut r);
         ops::shape_ops::register(&mut r);
         ops::spatial::register(&mut r);
         ops::special::register(&mut r);

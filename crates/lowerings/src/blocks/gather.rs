@@ -1,13 +1,13 @@
 //! Gathers and scatters along one dim (`take_along`, `scatter_along` with a `Combine`),
 //! index_select's bounds check, and the counting and compaction steps of data-sized results
 //! (`count_all`, `cumsum_1d`, `compact_positions`, `nonzero_coords`).
+use crate::args::Args;
+use crate::blocks::consts::I64;
 use crate::check;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
-
-const I64: DType = DType::I64;
 
 pub(crate) fn numel(dims: &[i64]) -> i64 {
     dims.iter().product()
@@ -185,4 +185,74 @@ pub(crate) fn take_1d(cx: &mut Cx, v: Value, idx: Value) -> Value {
         index_vector_dim: r,
     };
     cx.gather(v, idx, &dn, &[1], false)
+}
+
+pub(crate) fn is_index_dtype(d: DType) -> bool {
+    matches!(d, DType::I64 | DType::I32)
+}
+
+/// Sizes as PyTorch's ensure_nonempty_size sees them (0-d counts as [1]).
+pub(crate) fn nonempty(d: &[i64]) -> Vec<i64> {
+    if d.is_empty() {
+        vec![1]
+    } else {
+        d.to_vec()
+    }
+}
+
+/// The coordinates of every element of `index` (dims S, rank r) with dim `dim` replaced by the
+/// index values: an [S..., r] int64 tensor (torch.gather / torch.scatter addressing).
+pub(crate) fn along_coords(cx: &mut Cx, index: Value, dim: usize) -> Value {
+    let idx = cx.convert(index, ElemType::I64);
+    let dims = cx.dims(idx);
+    let r = dims.len();
+    let ty = TensorType::new(ElemType::I64, &dims);
+    let mut shp = dims.clone();
+    shp.push(1);
+    let parts: Vec<Value> = (0..r)
+        .map(|d| {
+            let c = if d == dim { idx } else { cx.iota(&ty, d as i64) };
+            cx.reshape(c, &shp)
+        })
+        .collect();
+    cx.concatenate(&parts, r as i64)
+}
+
+/// Gather single elements at full coordinates ([S..., r] int64) -> [S...].
+pub(crate) fn gather_points(cx: &mut Cx, x: Value, coords: Value) -> Value {
+    let r = cx.rank(x) as i64;
+    let dn = GatherDims {
+        offset_dims: vec![],
+        collapsed_slice_dims: (0..r).collect(),
+        start_index_map: (0..r).collect(),
+        index_vector_dim: cx.rank(coords) as i64 - 1,
+        ..Default::default()
+    };
+    cx.gather(x, coords, &dn, &vec![1; r as usize], false)
+}
+
+/// Scatter with full per-element coordinates: `coords` is [S..., r] int64, `updates` is [S...].
+pub(crate) fn scatter_points(cx: &mut Cx, x: Value, coords: Value, updates: Value, c: Combine) -> Value {
+    let r = cx.rank(x) as i64;
+    let dn = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: (0..r).collect(),
+        scatter_dims_to_operand_dims: (0..r).collect(),
+        index_vector_dim: cx.rank(coords) as i64 - 1,
+        ..Default::default()
+    };
+    cx.scatter(x, coords, updates, &dn, move |b, cur, upd| combine(b, c, cur, upd))
+}
+
+/// The data-dependent size the op's size program computed (`Lowering::size`).
+pub(crate) fn size(args: &Args) -> Result<i64> {
+    args.int("__size")
+}
+
+pub(crate) fn inverse_perm(p: &[i64]) -> Vec<i64> {
+    let mut inv = vec![0; p.len()];
+    for (i, &q) in p.iter().enumerate() {
+        inv[q as usize] = i as i64;
+    }
+    inv
 }

@@ -229,3 +229,26 @@ pub(crate) fn reduce_back(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Valu
     let r = reduce(cx, v, dims, red);
     unreduce(cx, r, &in_dims, dims)
 }
+
+/// Sorts a 1-D value ascending (NaN last), carrying the original positions along.
+pub(crate) fn sort_with_positions(cx: &mut Cx, v: Value) -> (Value, Value) {
+    let n = cx.dims(v)[0];
+    let dt = cx.dtype(v);
+    let key = if dt == DType::Bool { cx.convert(v, ElemType::U8) } else { v };
+    let pos = cx.iota(&TensorType::new(ElemType::I64, &[n]), 0);
+    let is_float = dt.is_float();
+    let r = cx.sort(&[key, pos], 0, true, move |b, a| {
+        let lt = b.compare(CmpDir::Lt, a[0], a[1]);
+        if !is_float {
+            return lt;
+        }
+        // NaN sorts after everything else.
+        let an = b.compare(CmpDir::Ne, a[0], a[0]);
+        let bn = b.compare(CmpDir::Ne, a[1], a[1]);
+        let not_an = b.not(an);
+        let nan_after = b.and(not_an, bn);
+        b.or(lt, nan_after)
+    });
+    let sorted = if dt == DType::Bool { cx.cast(r[0], DType::Bool) } else { r[0] };
+    (sorted, r[1])
+}

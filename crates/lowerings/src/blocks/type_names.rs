@@ -69,3 +69,7 @@ pub(crate) fn check_float_kernel(dt: DType, kernel: &str, allow_16: bool) -> Res
     check!(ok, NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
     Ok(())
 }
+
+pub(crate) fn shape_str(d: &[i64]) -> String {
+    format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+}

@@ -1,6 +1,7 @@
 //! Filling, copying and creating tensors: fill_, zero_, copy_, arange, linspace, and the
 //! random fills (uniform_, normal_, bernoulli_, random_) driven by the device generator.
 use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::reduce::opt_dtype;
 use crate::blocks::rng::uniform01;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -24,6 +25,8 @@ pub fn register(r: &mut Registry) {
     r.add_specialized("normal", normal);
     r.add_specialized("bernoulli", bernoulli);
     r.add("random", random);
+    // The values are computed on the host from start, end and base.
+    r.add_specialized("logspace", logspace);
 }
 
 /// The tensor whose shape and dtype a filling op produces: `self`, or `out` for out= forms.
@@ -471,4 +474,63 @@ fn random(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         bail!(NotImplemented, "random_ is not implemented for complex tensors on tpu");
     }
     one(cx.cast(v, x.dtype))
+}
+
+// ---- logspace -------------------------------------------------------------------------------------
+
+/// logspace's result dtype: its out= tensor, else `dtype=`, else the default float.
+fn logspace_dtype(args: &Args) -> Result<DType> {
+    if let Ok(out) = args.tensor("out") {
+        return Ok(out.dtype);
+    }
+    Ok(opt_dtype(args, "dtype")?.unwrap_or(DType::F32))
+}
+
+/// `x` converted to `d` on the host the way a C++ cast does (rounded floats, truncated ints).
+fn host_cast(x: f64, d: DType) -> f64 {
+    match d {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        d if d.is_float() => stablehlo::round_to(x as f32 as f64, d.elem()),
+        DType::Bool => (x != 0.0) as i64 as f64,
+        _ => x.trunc(),
+    }
+}
+
+/// logspace.out(start, end, steps, base, out): base^(start + i * step) computed on the host in
+/// double like PyTorch's CPU kernel (the first half from start, the second from end).
+fn logspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let dtype = logspace_dtype(args)?;
+    check!(!dtype.is_complex(), NotImplemented, "logspace: complex results are not supported on tpu yet");
+    let steps = args.int("steps")?;
+    check!(steps >= 0, Runtime, "number of steps must be non-negative");
+    let start = scalar_f64(args.scalar("start")?);
+    let end = scalar_f64(args.scalar("end")?);
+    let base = match args.get("base") {
+        Some(crate::Arg::Float(f)) => f.value,
+        _ => args.opt_scalar("base")?.map(scalar_f64).unwrap_or(10.0),
+    };
+    let values: Vec<f64> = if steps == 1 {
+        vec![base.powf(start)]
+    } else {
+        let s0 = host_cast(start, dtype);
+        let s1 = host_cast(end, dtype);
+        let step = host_cast(s1 - s0, dtype) / (steps - 1) as f64;
+        let half = steps / 2;
+        (0..steps)
+            .map(|i| if i < half { base.powf(s0 + step * i as f64) } else { base.powf(s1 - step * (steps - i - 1) as f64) })
+            .collect()
+    };
+    let elem = dtype.elem();
+    let v = if dtype.is_float() {
+        cx.constant_array_f64(&values, &[steps], elem)
+    } else if dtype == DType::Bool {
+        let ints: Vec<i64> = values.iter().map(|&x| (x != 0.0) as i64).collect();
+        let v = cx.constant_array_i64(&ints, &[steps], ElemType::I64);
+        cx.cast(v, DType::Bool)
+    } else {
+        let ints: Vec<i64> = values.iter().map(|&x| x as i64).collect();
+        cx.constant_array_i64(&ints, &[steps], elem)
+    };
+    one(v)
 }

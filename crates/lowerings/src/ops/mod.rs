@@ -1,22 +1,27 @@
 //! The op families, one file (or directory) each; lib.rs's `registry()` calls their `register`.
 pub(crate) mod activations;
+pub(crate) mod asserts;
 pub(crate) mod attention;
 pub(crate) mod complex;
 pub(crate) mod conv;
 pub(crate) mod distance;
 pub(crate) mod elementwise;
+pub(crate) mod embedding;
 pub(crate) mod factories;
 pub(crate) mod fft;
 pub(crate) mod grouped_mm;
+pub(crate) mod histogram;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod losses;
+pub(crate) mod nonzero_unique;
 pub(crate) mod normalization;
 pub(crate) mod optim;
 pub(crate) mod order_stats;
 pub(crate) mod random;
 pub(crate) mod recurrent;
 pub(crate) mod reductions;
+pub(crate) mod search;
 pub(crate) mod shape_ops;
 pub(crate) mod softmax;
 pub(crate) mod spatial;

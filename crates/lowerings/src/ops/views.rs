@@ -36,7 +36,6 @@ pub fn register(r: &mut Registry) {
     r.add("zeros_like", |cx, a| like(cx, a, 0.0));
     r.add("ones_like", |cx, a| like(cx, a, 1.0));
     r.add("empty_like", |cx, a| like(cx, a, 0.0));
-    r.add("embedding", embedding);
     r.add("split_with_sizes", split_with_sizes);
     r.add("slice_scatter", slice_scatter);
     r.add("repeat", repeat);
@@ -118,39 +117,6 @@ fn like(cx: &mut Cx, args: &Args, value: f64) -> Result<Vec<Out>> {
     let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
     let dims = cx.dims(x.v);
     one(cx.full(value, dtype, &dims))
-}
-
-/// embedding(weight, indices, ...): rows of `weight`, shaped indices.shape + [dim].
-fn embedding(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let w = args.tensor("weight")?;
-    let idx = args.tensor("indices")?;
-    check!(
-        matches!(idx.dtype, DType::I64 | DType::I32),
-        Runtime,
-        "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int; but got {} instead",
-        idx.dtype.torch_name()
-    );
-    let wd = cx.dims(w.v);
-    check!(wd.len() == 2, Runtime, "'weight' must be 2-D");
-    let id = cx.dims(idx.v);
-    let n: i64 = id.iter().product();
-    let mut out = id.clone();
-    out.push(wd[1]);
-    // PyTorch's embedding is weight.index_select(0, indices.reshape(-1)): its bounds check.
-    if !crate::blocks::gather::index_select_check(cx, &wd, 0, idx.v)? {
-        return one(cx.full(0.0, w.dtype, &out));
-    }
-    let flat = cx.reshape(idx.v, &[n, 1]);
-    let dn = stablehlo::GatherDims {
-        offset_dims: vec![1],
-        collapsed_slice_dims: vec![0],
-        operand_batching_dims: vec![],
-        start_indices_batching_dims: vec![],
-        start_index_map: vec![0],
-        index_vector_dim: 1,
-    };
-    let rows = cx.gather(w.v, flat, &dn, &[1, wd[1]], false);
-    one(cx.reshape(rows, &out))
 }
 
 fn identity(_cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
