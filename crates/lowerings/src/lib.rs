@@ -184,7 +184,11 @@ pub fn registry() -> &'static Registry {
         ops::histogram::register(&mut r);
         ops::asserts::register(&mut r);
         ops::shape_ops::register(&mut r);
-        ops::spatial::register(&mut r);
+        ops::spatial::pool::register(&mut r);
+        ops::spatial::upsample::register(&mut r);
+        ops::spatial::pad::register(&mut r);
+        ops::spatial::fold::register(&mut r);
+        ops::spatial::grid_sample::register(&mut r);
         ops::special::register(&mut r);
         ops::order_stats::register(&mut r);
         ops::random::register(&mut r);
