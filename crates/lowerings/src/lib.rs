@@ -189,7 +189,12 @@ pub fn registry() -> &'static Registry {
         ops::spatial::pad::register(&mut r);
         ops::spatial::fold::register(&mut r);
         ops::spatial::grid_sample::register(&mut r);
-        ops::special::register(&mut r);
+        ops::special::gamma::register(&mut r);
+        ops::special::logit::register(&mut r);
+        ops::special::ndtr::register(&mut r);
+        ops::special::bessel::register(&mut r);
+        ops::special::polynomials::register(&mut r);
+        ops::special::math::register(&mut r);
         ops::order_stats::register(&mut r);
         ops::random::register(&mut r);
         ops::fft::register(&mut r);
