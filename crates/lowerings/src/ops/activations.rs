@@ -1,8 +1,7 @@
-//! Activation functions beyond the basic ones in elementwise.rs (leaky_relu, elu, hardtanh,
-//! softplus, hardsigmoid, hardswish, mish, log_sigmoid, hard/softshrink, threshold, glu,
-//! prelu) and the backward ops autograd calls for every activation (threshold_backward for
-//! relu, gelu/silu/sigmoid/tanh_backward, ...). 16-bit floats compute in f32 and round once,
-//! like PyTorch's CPU kernels.
+//! Activation functions and their backward ops: relu (threshold_backward), gelu, silu,
+//! leaky_relu, elu, hardtanh, softplus, hardsigmoid, hardswish, mish, log_sigmoid,
+//! hard/softshrink, threshold, glu, prelu and rrelu; the backward ops of sigmoid and tanh; and
+//! native_dropout. 16-bit floats compute in f32 and round once, like PyTorch's CPU kernels.
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::blocks::reduce::acc_type;
 use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
@@ -51,6 +50,9 @@ pub fn register(r: &mut Registry) {
     // lower <= upper is checked, so the bounds are compiled in.
     r.add_specialized("rrelu_with_noise", rrelu_with_noise);
     r.add_specialized("rrelu_with_noise_functional", rrelu_with_noise_functional);
+    r.add("relu", relu);
+    r.add("gelu", gelu);
+    r.add("silu", silu);
 }
 
 // ---- helpers ---------------------------------------------------------------------------------
@@ -168,7 +170,55 @@ fn threshold_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.cast(out, dt))
 }
 
-// ---- backward ops of elementwise.rs activations ----------------------------------------------
+// ---- relu, gelu, silu --------------------------------------------------------------------------
+
+fn relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(x.dtype != DType::Bool, NotImplemented, "\"clamp_min_cpu\" not implemented for 'Bool'");
+    let zero = cx.full(0.0, x.dtype, &cx.dims(x.v));
+    let neg = cx.compare(CmpDir::Lt, x.v, zero);
+    one(cx.select(neg, zero, x.v))
+}
+
+fn gelu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(x.dtype.is_float(), NotImplemented, "\"GeluKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
+    let approximate = args.str("approximate")?.unwrap_or("none");
+    let (dt, dims) = (x.dtype, cx.dims(x.v));
+    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
+    let half = c(cx, 0.5);
+    let one_ = c(cx, 1.0);
+    let inner = match approximate {
+        "none" => {
+            let k = c(cx, std::f64::consts::FRAC_1_SQRT_2);
+            let s = cx.mul(x.v, k);
+            cx.chlo("erf", &[s])
+        }
+        "tanh" => {
+            let k0 = c(cx, (2.0 / std::f64::consts::PI).sqrt());
+            let k1 = c(cx, 0.044715);
+            let x3 = cx.mul(x.v, x.v);
+            let x3 = cx.mul(x3, x.v);
+            let t = cx.mul(k1, x3);
+            let t = cx.add(x.v, t);
+            let t = cx.mul(k0, t);
+            cx.tanh(t)
+        }
+        other => bail!(Runtime, "approximate argument must be either none or tanh. Got {}", other),
+    };
+    let t = cx.add(one_, inner);
+    let t = cx.mul(x.v, t);
+    one(cx.mul(half, t))
+}
+
+fn silu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(x.dtype.is_float() || x.dtype.is_complex(), NotImplemented, "\"silu_cpu\" not implemented for '{}'", x.dtype.torch_name());
+    let s = cx.logistic(x.v);
+    one(cx.mul(x.v, s))
+}
+
+// ---- gelu, silu, sigmoid, tanh backward -------------------------------------------------------
 
 fn gelu_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let approximate = args.str("approximate")?.unwrap_or("none").to_string();

@@ -1,5 +1,6 @@
-//! Elementwise ops: arithmetic with PyTorch's type promotion, comparisons, logical and
-//! bitwise ops, unary math, activations, where/clamp/masked_fill.
+//! Elementwise ops: arithmetic with PyTorch's type promotion (and the fused _add_relu),
+//! comparisons, logical and bitwise ops, unary math (sigmoid and tanh included),
+//! where/clamp/masked_fill, conj_physical, the isinf/isnan family and equal.
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::blocks::nan::{is_nan, nan_min_max};
 use crate::blocks::type_names::meta_name;
@@ -47,10 +48,7 @@ pub fn register(r: &mut Registry) {
     r.add("clamp_min", clamp_min);
     r.add("clamp_max", clamp_max);
     r.add("masked_fill", masked_fill);
-    r.add("relu", relu);
     r.add("_add_relu", add_relu);
-    r.add("gelu", gelu);
-    r.add("silu", silu);
     r.add("sigmoid", |cx, a| float_unary(cx, a, |cx, x| cx.logistic(x)));
     r.add("tanh", |cx, a| float_unary(cx, a, |cx, x| cx.tanh(x)));
     r.add("exp", |cx, a| float_unary(cx, a, |cx, x| cx.exp(x)));
@@ -653,15 +651,7 @@ fn masked_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.select(vs[1], vs[2], vs[0]))
 }
 
-// ---- activations -------------------------------------------------------------------------------
-
-fn relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    check!(x.dtype != DType::Bool, NotImplemented, "\"clamp_min_cpu\" not implemented for 'Bool'");
-    let zero = cx.full(0.0, x.dtype, &cx.dims(x.v));
-    let neg = cx.compare(CmpDir::Lt, x.v, zero);
-    one(cx.select(neg, zero, x.v))
-}
+// ---- _add_relu ---------------------------------------------------------------------------------
 
 /// _add_relu(self, other, alpha) (Tensor and Scalar overloads): clamp(self + alpha * other,
 /// 0, max of self's dtype) in the promoted dtype, as PyTorch's add_clamp kernel computes it:
@@ -713,43 +703,7 @@ fn dtype_max(d: DType) -> f64 {
     }
 }
 
-fn gelu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    check!(x.dtype.is_float(), NotImplemented, "\"GeluKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
-    let approximate = args.str("approximate")?.unwrap_or("none");
-    let (dt, dims) = (x.dtype, cx.dims(x.v));
-    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
-    let half = c(cx, 0.5);
-    let one_ = c(cx, 1.0);
-    let inner = match approximate {
-        "none" => {
-            let k = c(cx, std::f64::consts::FRAC_1_SQRT_2);
-            let s = cx.mul(x.v, k);
-            cx.chlo("erf", &[s])
-        }
-        "tanh" => {
-            let k0 = c(cx, (2.0 / std::f64::consts::PI).sqrt());
-            let k1 = c(cx, 0.044715);
-            let x3 = cx.mul(x.v, x.v);
-            let x3 = cx.mul(x3, x.v);
-            let t = cx.mul(k1, x3);
-            let t = cx.add(x.v, t);
-            let t = cx.mul(k0, t);
-            cx.tanh(t)
-        }
-        other => bail!(Runtime, "approximate argument must be either none or tanh. Got {}", other),
-    };
-    let t = cx.add(one_, inner);
-    let t = cx.mul(x.v, t);
-    one(cx.mul(half, t))
-}
-
-fn silu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    check!(x.dtype.is_float() || x.dtype.is_complex(), NotImplemented, "\"silu_cpu\" not implemented for '{}'", x.dtype.torch_name());
-    let s = cx.logistic(x.v);
-    one(cx.mul(x.v, s))
-}
+// ---- conj_physical, isposinf/isneginf, equal ---------------------------------------------------
 
 fn conj_physical(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;

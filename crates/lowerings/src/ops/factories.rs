@@ -1,5 +1,7 @@
-//! Filling, copying and creating tensors: fill_, zero_, copy_, arange, linspace, and the
-//! random fills (uniform_, normal_, bernoulli_, random_) driven by the device generator.
+//! Creating, filling and copying tensors: fill_, zero_, copy_, clone, _to_copy, arange, range,
+//! linspace, logspace, _make_dep_token; the random fills uniform_, normal_, bernoulli_ and
+//! random_ (random.rs holds the other distributions); and the factories of compiled graphs
+//! (full, zeros, empty*, new_*, scalar_tensor, *_like: eager mode runs them as empty + fill_).
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::blocks::reduce::opt_dtype;
 use crate::blocks::rng::uniform01;
@@ -27,6 +29,19 @@ pub fn register(r: &mut Registry) {
     r.add("random", random);
     // The values are computed on the host from start, end and base.
     r.add_specialized("logspace", logspace);
+    r.add("full", full);
+    r.add("empty", zeros_of_size);
+    r.add("zeros", zeros_of_size);
+    r.add("empty_permuted", zeros_of_size);
+    r.add("empty_strided", zeros_of_size);
+    r.add("new_empty", new_zeros);
+    r.add("new_zeros", new_zeros);
+    r.add("new_empty_strided", new_zeros);
+    r.add("scalar_tensor", scalar_tensor);
+    r.add("full_like", full_like);
+    r.add("zeros_like", |cx, a| like(cx, a, 0.0));
+    r.add("ones_like", |cx, a| like(cx, a, 1.0));
+    r.add("empty_like", |cx, a| like(cx, a, 0.0));
 }
 
 /// The tensor whose shape and dtype a filling op produces: `self`, or `out` for out= forms.
@@ -533,4 +548,55 @@ fn logspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         cx.constant_array_i64(&ints, &[steps], elem)
     };
     one(v)
+}
+
+// ---- factories of compiled graphs -------------------------------------------------------------
+
+fn full(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let size = args.ints("size")?;
+    let value = args.scalar("fill_value")?;
+    let dtype = match args.dtype("dtype")? {
+        Some(d) => d,
+        None => match value {
+            crate::Scalar::Int(_) => DType::I64,
+            crate::Scalar::Bool(_) => DType::Bool,
+            crate::Scalar::Float(_) => DType::F32,
+        },
+    };
+    one(cx.scalar_like(value, dtype, &size))
+}
+
+fn zeros_of_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let size = args.ints("size")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(DType::F32);
+    one(cx.full(0.0, dtype, &size))
+}
+
+/// new_zeros / new_empty(self, size, dtype): a fresh tensor of `self`'s dtype by default.
+fn new_zeros(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let size = args.ints("size")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
+    one(cx.full(0.0, dtype, &size))
+}
+
+fn scalar_tensor(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let s = args.scalar("s")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(DType::F32);
+    one(cx.scalar(s, dtype))
+}
+
+fn full_like(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
+    let value = args.scalar("fill_value")?;
+    let dims = cx.dims(x.v);
+    one(cx.scalar_like(value, dtype, &dims))
+}
+
+fn like(cx: &mut Cx, args: &Args, value: f64) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
+    let dims = cx.dims(x.v);
+    one(cx.full(value, dtype, &dims))
 }

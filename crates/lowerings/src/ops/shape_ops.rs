@@ -1,5 +1,6 @@
-//! Shape ops that move data (the pure views are metadata in the C++ shim): cat, flip, roll,
-//! tril/triu, unfold_backward, repeat_interleave.
+//! Shape ops that move data (the pure views are metadata in the C++ shim): cat, _chunk_cat,
+//! narrow_copy, flip, roll, tril/triu (and tril/triu_indices), unfold_backward, repeat,
+//! repeat_interleave, channel_shuffle, constant_pad_nd, slice_scatter and select_scatter.
 use crate::args::Args;
 use crate::blocks::gather::{count_all, cumsum_1d, nonzero_coords, scatter_along, Combine};
 use crate::cx::{wrap_dim, Cx};
@@ -22,6 +23,10 @@ pub fn register(r: &mut Registry) {
     r.add("triu_indices", |cx, a| triangle_indices(cx, a, false));
     r.add("channel_shuffle", channel_shuffle);
     r.add("native_channel_shuffle", channel_shuffle);
+    r.add("slice_scatter", slice_scatter);
+    r.add("repeat", repeat);
+    r.add("constant_pad_nd", constant_pad_nd);
+    r.add("select_scatter", select_scatter);
 }
 
 fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -396,4 +401,129 @@ fn chunk_cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         parts.push(cx.reshape(v, &view));
     }
     one(cx.concatenate(&parts, dim as i64 + 1))
+}
+
+/// repeat(self, repeats): tiles the tensor; `repeats` may add leading dims.
+fn repeat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let reps = args.ints("repeats")?;
+    let xd = cx.dims(x.v);
+    check!(
+        reps.len() >= xd.len(),
+        Runtime,
+        "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
+    );
+    let mut dims = vec![1i64; reps.len() - xd.len()];
+    dims.extend(&xd);
+    // Broadcast to [r0, d0, r1, d1, ...] then merge each pair.
+    let mut wide = Vec::new();
+    let mut keep = Vec::new();
+    for (i, (&r, &d)) in reps.iter().zip(&dims).enumerate() {
+        wide.push(r);
+        wide.push(d);
+        keep.push(2 * i as i64 + 1);
+    }
+    let v = cx.reshape(x.v, &dims);
+    let b = cx.broadcast_in_dim(v, &wide, &keep);
+    let out: Vec<i64> = reps.iter().zip(&dims).map(|(r, d)| r * d).collect();
+    one(cx.reshape(b, &out))
+}
+
+/// constant_pad_nd(self, pad, value): `pad` holds (low, high) pairs from the last dim
+/// backwards; negative amounts crop.
+fn constant_pad_nd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let pad = args.ints("pad")?;
+    let dims = cx.dims(x.v);
+    check!(pad.len() % 2 == 0, Runtime, "Length of pad must be even but instead it equals {}", pad.len());
+    check!(
+        pad.len() / 2 <= dims.len(),
+        Runtime,
+        "Length of pad should be no more than twice the number of dimensions of the input. Pad length is {} while the input has {} dimensions.",
+        pad.len(),
+        dims.len()
+    );
+    let mut lo = vec![0; dims.len()];
+    let mut hi = vec![0; dims.len()];
+    for (i, pair) in pad.chunks(2).enumerate() {
+        let d = dims.len() - 1 - i;
+        lo[d] = pair[0];
+        hi[d] = pair[1];
+        check!(
+            dims[d] + pair[0] + pair[1] >= 0,
+            Runtime,
+            "The input size {}, plus negative padding {} and {} resulted in a negative output size, which is invalid. Check dimension {} of your input.",
+            dims[d],
+            pair[0],
+            pair[1],
+            d
+        );
+    }
+    let value = match args.opt_scalar("value")? {
+        Some(s) => cx.scalar(s, x.dtype),
+        None => cx.full(0.0, x.dtype, &[]),
+    };
+    one(cx.pad(x.v, value, &lo, &hi, &vec![0; dims.len()]))
+}
+
+/// `base` with positions start, start+step, ... < end along `d` replaced by `src`.
+fn strided_update(cx: &mut Cx, base: stablehlo::Value, src: stablehlo::Value, d: usize, start: i64, step: i64) -> stablehlo::Value {
+    let dims = cx.dims(base);
+    let sdims = cx.dims(src);
+    let n = sdims[d];
+    if n == 0 {
+        return base;
+    }
+    let nd = dims.len();
+    // Spread src along d with step-1 gaps, placed at `start`, and select it where it landed.
+    let mut lo = vec![0; nd];
+    let mut hi = vec![0; nd];
+    let mut interior = vec![0; nd];
+    lo[d] = start;
+    interior[d] = step - 1;
+    hi[d] = dims[d] - (start + (n - 1) * step + 1);
+    let dt = cx.dtype(base);
+    let zero = cx.full(0.0, dt, &[]);
+    let spread = cx.pad(src, zero, &lo, &hi, &interior);
+    let ones = cx.full(1.0, DType::Bool, &sdims);
+    let no = cx.full(0.0, DType::Bool, &[]);
+    let mask = cx.pad(ones, no, &lo, &hi, &interior);
+    cx.select(mask, spread, base)
+}
+
+/// slice_scatter(self, src, dim, start, end, step): self with the slice replaced by src.
+fn slice_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let src = args.tensor("src")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int_or("dim", 0)?, dims.len())?;
+    let n = dims[d];
+    let step = args.int_or("step", 1)?;
+    check!(step > 0, Runtime, "slice step must be positive");
+    let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+    let start = clamp(args.opt_int("start")?.unwrap_or(0));
+    let end = clamp(args.opt_int("end")?.unwrap_or(n)).max(start);
+    let mut expect = dims.clone();
+    expect[d] = (end - start + step - 1) / step;
+    let sdims = cx.dims(src.v);
+    check!(sdims == expect, Runtime, "Expected src to have a size equal to the slice of self. src size = {:?}, slice size = {:?}", sdims, expect);
+    let s = cx.cast(src.v, x.dtype);
+    one(strided_update(cx, x.v, s, d, start, step))
+}
+
+/// select_scatter(self, src, dim, index): self with the selected slice replaced by src.
+fn select_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let src = args.tensor("src")?;
+    let dims = cx.dims(x.v);
+    let d = wrap_dim(args.int("dim")?, dims.len())?;
+    let n = dims[d];
+    let i = args.int("index")?;
+    check!(i >= -n && i < n, Index, "select(): index {} out of range for tensor of size {:?} at dimension {}", i, dims, d);
+    let i = if i < 0 { i + n } else { i };
+    let mut sd = dims.clone();
+    sd[d] = 1;
+    let s = cx.cast(src.v, x.dtype);
+    let s = cx.reshape(s, &sd);
+    one(strided_update(cx, x.v, s, d, i, 1))
 }

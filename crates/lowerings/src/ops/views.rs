@@ -1,9 +1,9 @@
-//! View and factory ops as values, for compiled graphs. In eager mode these never reach a
-//! lowering (the C++ shim makes views as metadata over shared storage, and factories are
-//! composites of empty + fill_), but a functional ATen graph from AOTAutograd contains them.
+//! Views as values, for compiled graphs: permute, view/reshape, expand, squeeze/unsqueeze,
+//! slice, select, t/transpose, alias/detach/lift_fresh_copy, split, split_with_sizes and
+//! unbind. In eager mode these never reach a lowering (the C++ shim makes views as metadata
+//! over shared storage), but a functional ATen graph from AOTAutograd contains them.
 use crate::args::Args;
 use crate::cx::{wrap_dim, Cx};
-use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check, one, Out, Registry};
 
@@ -23,24 +23,7 @@ pub fn register(r: &mut Registry) {
     r.add("alias", identity);
     r.add("detach", identity);
     r.add("lift_fresh_copy", identity);
-    r.add("full", full);
-    r.add("empty", zeros_of_size);
-    r.add("zeros", zeros_of_size);
-    r.add("empty_permuted", zeros_of_size);
-    r.add("empty_strided", zeros_of_size);
-    r.add("new_empty", new_zeros);
-    r.add("new_zeros", new_zeros);
-    r.add("new_empty_strided", new_zeros);
-    r.add("scalar_tensor", scalar_tensor);
-    r.add("full_like", full_like);
-    r.add("zeros_like", |cx, a| like(cx, a, 0.0));
-    r.add("ones_like", |cx, a| like(cx, a, 1.0));
-    r.add("empty_like", |cx, a| like(cx, a, 0.0));
     r.add("split_with_sizes", split_with_sizes);
-    r.add("slice_scatter", slice_scatter);
-    r.add("repeat", repeat);
-    r.add("constant_pad_nd", constant_pad_nd);
-    r.add("select_scatter", select_scatter);
     r.add("split", split);
     r.add("unbind", unbind);
 }
@@ -102,21 +85,6 @@ fn unbind(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     rest.remove(d);
     let parts = pieces(cx, x.v, d, &vec![1; dims[d] as usize]);
     Ok(vec![Out::List(parts.into_iter().map(|p| cx.reshape(p, &rest)).collect())])
-}
-
-fn full_like(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
-    let value = args.scalar("fill_value")?;
-    let dims = cx.dims(x.v);
-    one(cx.scalar_like(value, dtype, &dims))
-}
-
-fn like(cx: &mut Cx, args: &Args, value: f64) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
-    let dims = cx.dims(x.v);
-    one(cx.full(value, dtype, &dims))
 }
 
 fn identity(_cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -262,163 +230,4 @@ fn t(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn transpose(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     one(transpose_dims(cx, x.v, args.int("dim0")?, args.int("dim1")?)?)
-}
-
-fn full(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let size = args.ints("size")?;
-    let value = args.scalar("fill_value")?;
-    let dtype = match args.dtype("dtype")? {
-        Some(d) => d,
-        None => match value {
-            crate::Scalar::Int(_) => DType::I64,
-            crate::Scalar::Bool(_) => DType::Bool,
-            crate::Scalar::Float(_) => DType::F32,
-        },
-    };
-    one(cx.scalar_like(value, dtype, &size))
-}
-
-fn zeros_of_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let size = args.ints("size")?;
-    let dtype = args.dtype("dtype")?.unwrap_or(DType::F32);
-    one(cx.full(0.0, dtype, &size))
-}
-
-/// new_zeros / new_empty(self, size, dtype): a fresh tensor of `self`'s dtype by default.
-fn new_zeros(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let size = args.ints("size")?;
-    let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
-    one(cx.full(0.0, dtype, &size))
-}
-
-fn scalar_tensor(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let s = args.scalar("s")?;
-    let dtype = args.dtype("dtype")?.unwrap_or(DType::F32);
-    one(cx.scalar(s, dtype))
-}
-
-/// `base` with positions start, start+step, ... < end along `d` replaced by `src`.
-fn strided_update(cx: &mut Cx, base: stablehlo::Value, src: stablehlo::Value, d: usize, start: i64, step: i64) -> stablehlo::Value {
-    let dims = cx.dims(base);
-    let sdims = cx.dims(src);
-    let n = sdims[d];
-    if n == 0 {
-        return base;
-    }
-    let nd = dims.len();
-    // Spread src along d with step-1 gaps, placed at `start`, and select it where it landed.
-    let mut lo = vec![0; nd];
-    let mut hi = vec![0; nd];
-    let mut interior = vec![0; nd];
-    lo[d] = start;
-    interior[d] = step - 1;
-    hi[d] = dims[d] - (start + (n - 1) * step + 1);
-    let dt = cx.dtype(base);
-    let zero = cx.full(0.0, dt, &[]);
-    let spread = cx.pad(src, zero, &lo, &hi, &interior);
-    let ones = cx.full(1.0, DType::Bool, &sdims);
-    let no = cx.full(0.0, DType::Bool, &[]);
-    let mask = cx.pad(ones, no, &lo, &hi, &interior);
-    cx.select(mask, spread, base)
-}
-
-/// slice_scatter(self, src, dim, start, end, step): self with the slice replaced by src.
-fn slice_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let src = args.tensor("src")?;
-    let dims = cx.dims(x.v);
-    let d = wrap_dim(args.int_or("dim", 0)?, dims.len())?;
-    let n = dims[d];
-    let step = args.int_or("step", 1)?;
-    check!(step > 0, Runtime, "slice step must be positive");
-    let clamp = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
-    let start = clamp(args.opt_int("start")?.unwrap_or(0));
-    let end = clamp(args.opt_int("end")?.unwrap_or(n)).max(start);
-    let mut expect = dims.clone();
-    expect[d] = (end - start + step - 1) / step;
-    let sdims = cx.dims(src.v);
-    check!(sdims == expect, Runtime, "Expected src to have a size equal to the slice of self. src size = {:?}, slice size = {:?}", sdims, expect);
-    let s = cx.cast(src.v, x.dtype);
-    one(strided_update(cx, x.v, s, d, start, step))
-}
-
-/// select_scatter(self, src, dim, index): self with the selected slice replaced by src.
-fn select_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let src = args.tensor("src")?;
-    let dims = cx.dims(x.v);
-    let d = wrap_dim(args.int("dim")?, dims.len())?;
-    let n = dims[d];
-    let i = args.int("index")?;
-    check!(i >= -n && i < n, Index, "select(): index {} out of range for tensor of size {:?} at dimension {}", i, dims, d);
-    let i = if i < 0 { i + n } else { i };
-    let mut sd = dims.clone();
-    sd[d] = 1;
-    let s = cx.cast(src.v, x.dtype);
-    let s = cx.reshape(s, &sd);
-    one(strided_update(cx, x.v, s, d, i, 1))
-}
-
-/// repeat(self, repeats): tiles the tensor; `repeats` may add leading dims.
-fn repeat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let reps = args.ints("repeats")?;
-    let xd = cx.dims(x.v);
-    check!(
-        reps.len() >= xd.len(),
-        Runtime,
-        "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor"
-    );
-    let mut dims = vec![1i64; reps.len() - xd.len()];
-    dims.extend(&xd);
-    // Broadcast to [r0, d0, r1, d1, ...] then merge each pair.
-    let mut wide = Vec::new();
-    let mut keep = Vec::new();
-    for (i, (&r, &d)) in reps.iter().zip(&dims).enumerate() {
-        wide.push(r);
-        wide.push(d);
-        keep.push(2 * i as i64 + 1);
-    }
-    let v = cx.reshape(x.v, &dims);
-    let b = cx.broadcast_in_dim(v, &wide, &keep);
-    let out: Vec<i64> = reps.iter().zip(&dims).map(|(r, d)| r * d).collect();
-    one(cx.reshape(b, &out))
-}
-
-/// constant_pad_nd(self, pad, value): `pad` holds (low, high) pairs from the last dim
-/// backwards; negative amounts crop.
-fn constant_pad_nd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let x = args.tensor("self")?;
-    let pad = args.ints("pad")?;
-    let dims = cx.dims(x.v);
-    check!(pad.len() % 2 == 0, Runtime, "Length of pad must be even but instead it equals {}", pad.len());
-    check!(
-        pad.len() / 2 <= dims.len(),
-        Runtime,
-        "Length of pad should be no more than twice the number of dimensions of the input. Pad length is {} while the input has {} dimensions.",
-        pad.len(),
-        dims.len()
-    );
-    let mut lo = vec![0; dims.len()];
-    let mut hi = vec![0; dims.len()];
-    for (i, pair) in pad.chunks(2).enumerate() {
-        let d = dims.len() - 1 - i;
-        lo[d] = pair[0];
-        hi[d] = pair[1];
-        check!(
-            dims[d] + pair[0] + pair[1] >= 0,
-            Runtime,
-            "The input size {}, plus negative padding {} and {} resulted in a negative output size, which is invalid. Check dimension {} of your input.",
-            dims[d],
-            pair[0],
-            pair[1],
-            d
-        );
-    }
-    let value = match args.opt_scalar("value")? {
-        Some(s) => cx.scalar(s, x.dtype),
-        None => cx.full(0.0, x.dtype, &[]),
-    };
-    one(cx.pad(x.v, value, &lo, &hi, &vec![0; dims.len()]))
 }
