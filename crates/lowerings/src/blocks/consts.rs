@@ -1,5 +1,6 @@
-//! Constants shaped like a value or a shape: `k` (a float constant of a value's dtype and dims),
-//! `ik` (an int64 splat) and `iota` (an int64 iota).
+//! Constants: `k` (a float constant of a value's dtype and dims), `ik` (an int64 splat),
+//! `iota` (an int64 iota), `I64` (the index dtype) and `extremes` (a dtype's lowest and
+//! highest values, as fills).
 use crate::cx::Cx;
 use crate::dtype::DType;
 use stablehlo::{ElemType, TensorType, Value};

@@ -1,6 +1,7 @@
-//! Gathers and scatters along one dim (`take_along`, `scatter_along` with a `Combine`),
-//! index_select's bounds check, and the counting and compaction steps of data-sized results
-//! (`count_all`, `cumsum_1d`, `compact_positions`, `nonzero_coords`).
+//! Gathers and scatters: along one dim (`take_along`, `scatter_along` with a `Combine`), at
+//! full coordinates (`gather_points`, `scatter_points`, `along_coords`), `take_1d`;
+//! index_select's bounds check and index dtypes; and the steps of data-sized results
+//! (`size`, `count_all`, `cumsum_1d`, `compact_positions`, `nonzero_coords`).
 use crate::args::Args;
 use crate::blocks::consts::I64;
 use crate::check;

@@ -1,6 +1,6 @@
 //! Building blocks shared by the op families: reductions, contractions, gathers and scatters,
-//! 16-bit rounding, loop pieces, NaN handling, generator draws and dtype names. Nothing here
-//! registers a lowering.
+//! constants, 16-bit rounding, loop pieces, NaN handling, generator draws and the dtype names
+//! of messages. Nothing here registers a lowering.
 pub(crate) mod consts;
 pub(crate) mod contract;
 pub(crate) mod gather;

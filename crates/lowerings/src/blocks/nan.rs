@@ -1,5 +1,5 @@
-//! NaN handling shared by the elementwise ops: `is_nan`, and `nan_min_max`, PyTorch's
-//! NaN-propagating maximum/minimum of two values.
+//! NaN handling: `is_nan`, and `nan_min_max`, PyTorch's NaN-propagating maximum/minimum of
+//! two values (torch.maximum, clamp).
 use crate::cx::Cx;
 use crate::dtype::DType;
 use stablehlo::{CmpDir, Value};

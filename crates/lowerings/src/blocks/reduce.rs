@@ -1,6 +1,6 @@
-//! Reductions along dims (`reduce` with a `Red`, NaN-propagating max/min), the reduced shapes
-//! (`reduce_dims`, `reduced_shape`, `keep`, `unreduce`), the accumulation dtype of 16-bit
-//! floats (`acc_type`), inclusive scans (`scan`) and the stable, NaN-last sort with indices.
+//! Reductions along dims (`reduce` with a `Red`, NaN-propagating max/min; `reduce_back`,
+//! `along`), the reduced shapes (`reduce_dims`, `reduced_shape`, `keep`, `unreduce`), the
+//! accumulation dtype (`acc_type`), inclusive scans (`scan`) and stable NaN-last sorts.
 use crate::args::{Arg, Args};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;

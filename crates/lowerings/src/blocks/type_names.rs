@@ -1,6 +1,6 @@
-//! The dtype names PyTorch prints in messages: caffe2 TypeMeta names (`cpp_type_name`, and
-//! `meta_name` for the ten common dtypes with torch names otherwise), legacy tensor type
-//! names (`tensor_type_name`), and the "expected scalar type" check (`check_scalar_type`).
+//! What PyTorch prints in messages: caffe2 TypeMeta names (`cpp_type_name`; `meta_name` for
+//! the ten common dtypes, torch names otherwise), legacy tensor type names, shapes (`shape_str`),
+//! and the dtype checks that print them (`check_scalar_type`, `check_float_kernel`).
 use crate::check;
 use crate::dtype::DType;
 use crate::error::Result;

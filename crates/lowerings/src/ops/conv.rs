@@ -2,6 +2,7 @@
 //! its shape checks already done) and convolution_backward_overrideable, for any number of
 //! spatial dims, strides, padding, dilation, groups, and transposed convolutions. The
 //! gradients are convolutions too (as in JAX's conv_general_dilated transpose rules).
+//! torch.compile graphs name the same ops convolution and convolution_backward.
 use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;

@@ -177,7 +177,6 @@ fn embedding_renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.select(hit, scaled, w.v))
 }
 
-
 // ---- embedding_bag ------------------------------------------------------------------------------
 
 const BAG_SUM: i64 = 0;

@@ -1,6 +1,6 @@
-//! Normalization layers: batch norm (native_batch_norm, _native_batch_norm_legit*,
-//! batch_norm_update_stats, the newer entry points _batch_norm_with_update(_functional) and
-//! batch_norm_backward), layer norm, group norm and the fused weight norm, with their backward ops.
+//! Normalization layers and their backward ops: batch norm (native_batch_norm,
+//! _native_batch_norm_legit*, batch_norm_update_stats, the newer entry points
+//! _batch_norm_with_update(_functional) and batch_norm_backward), layer, group and weight norm.
 //!
 //! 16-bit floats are computed in float32 and rounded once at the end. native_layer_norm and
 //! native_group_norm are routed past their composites (lib.rs's ROUTED_OPS), which would

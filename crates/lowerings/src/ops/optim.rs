@@ -1,6 +1,7 @@
 //! What optimizers run: lerp, addcmul, addcdiv; the _foreach_* ops (each applies the
-//! per-tensor lowering of its base op to every list element, in one program); and the fused
-//! optimizer steps _fused_adam_, _fused_adamw_ and _fused_sgd_.
+//! per-tensor lowering of its base op to every list element, in one program); the fused
+//! optimizer steps _fused_adam_, _fused_adamw_, _fused_sgd_ and _fused_adagrad_; and
+//! GradScaler's _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_.
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};

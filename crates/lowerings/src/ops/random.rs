@@ -1,6 +1,8 @@
 //! Random sampling with the device generator: the in-place fills exponential_, geometric_,
 //! log_normal_ and cauchy_, poisson, multinomial (with and without replacement), randperm,
-//! _standard_gamma and _sample_dirichlet.
+//! _standard_gamma and _sample_dirichlet, and the reparameterization gradients
+//! _standard_gamma_grad and _dirichlet_grad. (uniform_, normal_, bernoulli_ and random_ are in
+//! factories.rs.)
 //!
 //! Each call gets one generator state (seed and offset, advanced by the shim), so results are
 //! reproducible under torch.manual_seed. A lowering that draws several times threads the

@@ -1,6 +1,7 @@
 //! Reductions: sum, mean, prod, amax/amin, max/min (full and along a dim, with indices),
 //! argmax/argmin, var/std (and var_mean/std_mean), any/all, logsumexp, vector norms, the
-//! cumulative ops cumsum/cumprod, and sorting (sort, argsort, topk).
+//! cumulative ops cumsum/cumprod, sorting (sort, argsort, topk), hash_tensor and
+//! segment_reduce (with its backward).
 //!
 //! 16-bit floats are reduced in float32 and rounded once at the end, as PyTorch's CPU kernels
 //! accumulate them.

@@ -1,6 +1,7 @@
 //! PyTorch's "better transformer" inference fast path, which nn.TransformerEncoderLayer and
 //! nn.MultiheadAttention take in eval mode without autograd: `_native_multi_head_attention`
-//! and `_transformer_encoder_layer_fwd`, each one program.
+//! and `_transformer_encoder_layer_fwd`, each one program; and the left-alignment check of
+//! its padding masks, `_nested_tensor_from_mask_left_aligned`.
 //!
 //! The arithmetic follows PyTorch's CPU kernels (transformers/attention.cpp and
 //! transformer.cpp): the q/k/v projection without bias, then `_transform_bias_rescale_qkv`

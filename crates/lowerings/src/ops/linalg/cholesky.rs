@@ -301,7 +301,6 @@ fn cholesky_solve_helper(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(solve_tri_batched(cx, a.v, y, true, !upper, false, ub)?)
 }
 
-
 // ---- torch.cholesky's error check ---------------------------------------------------------------
 
 /// The size program of `cholesky`: 0 when every matrix factors, else bi * (n + 1) + info of the

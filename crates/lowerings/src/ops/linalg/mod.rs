@@ -420,7 +420,6 @@ fn with_batch(cx: &mut Cx, v: Value, batch: &[i64]) -> Value {
     cx.reshape(v, &out)
 }
 
-
 /// LAPACK's pivot magnitude: |x| for reals, |re| + |im| for complex (i?amax).
 pub(crate) fn pivot_magnitude(b: &mut Builder, x: Value) -> Value {
     if b.elem(x).is_complex() {

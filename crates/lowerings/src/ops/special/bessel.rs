@@ -138,7 +138,6 @@ fn bessel_i1(cx: &mut Cx, x: Value, scaled: bool) -> Value {
     cx.select(neg, nr, r)
 }
 
-
 // ---- Bessel functions of the first and second kind, K, spherical j0, Airy Ai -----------------------
 
 const J0_PP: [f64; 7] = [
@@ -596,7 +595,6 @@ fn airy_ai_values(cx: &mut Cx, x: Value) -> Value {
     let inf = cmp_k(cx, CmpDir::Eq, ax, f64::INFINITY);
     cx.select(inf, nan, r)
 }
-
 
 // ---- kaiser_window ------------------------------------------------------------------------------------
 

@@ -248,7 +248,6 @@ fn zeta_values(cx: &mut Cx, x: Value, q: Value) -> Value {
     cx.select(x_eq1, inf, r)
 }
 
-
 // ---- incomplete gamma -------------------------------------------------------------------------------------
 
 /// igamma/igammac(self=a, other=x): the regularized lower (upper) incomplete gamma function,
@@ -406,7 +405,6 @@ fn igamma_boundaries(cx: &mut Cx, a: Value, x: Value, r: Value, upper: bool) -> 
     let bad = cx.or(xneg, aneg);
     cx.select(bad, nan, r)
 }
-
 
 // ---- mvlgamma ---------------------------------------------------------------------------------------
 

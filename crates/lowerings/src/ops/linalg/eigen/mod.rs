@@ -276,7 +276,6 @@ fn reflect_right(b: &mut Builder, m: Value, v: Value, tau: Value) -> Value {
     b.sub(m, upd)
 }
 
-
 /// dgeev on each matrix of a batch [B, n, n] (real): (eigenvalues [B, n], eigenvectors [B, n, n])
 /// as complex values, the vectors only when `vectors`. Matrices with a non-finite entry give NaN.
 fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
