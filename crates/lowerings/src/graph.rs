@@ -1,7 +1,8 @@
 //! Whole graphs (torch.compile): an FX graph of aten ops, lowered node by node with the same
 //! lowerings eager mode uses, into one program. A graph is registered once and run through
 //! the op `torchtpu::run_graph(int graph, Tensor[] inputs) -> Tensor[]`, so the engine keys,
-//! caches and runs it like any other op (one executable per graph and input layout).
+//! caches and runs it like any other op (one executable per graph and input layout). Also the
+//! prims PyTorch's decompositions leave in graphs (prims::convert_element_type).
 //!
 //! Inputs the graph mutates (optimizer state, buffers, KV caches: AOTAutograd keeps them as
 //! trailing `copy_(input, new_value)` nodes) run through

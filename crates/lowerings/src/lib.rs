@@ -2,6 +2,12 @@
 //! arguments the way PyTorch does and emits into a `Cx`. The engine (eager) and the graph
 //! compiler (torch.compile) call the same functions.
 //!
+//! Layout: `ops/` holds the op families, one family per file (a directory where a family has
+//! several, like `ops/linalg/`); each file of ops has a `register` that `registry()` calls.
+//! `blocks/` holds the building blocks shared across families (reductions, contractions,
+//! gathers and scatters, constants, 16-bit rounding, loop pieces, dtype names); args, cx,
+//! dtype, error, graph and torch_version are the crate's API and machinery.
+//!
 //! Conventions:
 //! - A lowering is found by the op's base name with any in-place `_` removed: `add`,
 //!   `add_` and `add.out` all use `add`; it reads arguments by their schema names.
@@ -10,6 +16,8 @@
 //! - Float scalars are runtime inputs (`Cx::scalar`) so that changed values reuse executables.
 //!   A cached program runs without calling its lowering again, so a lowering that checks or
 //!   branches on a float's value must be registered with `add_specialized`.
+//! - An op file imports helpers from `blocks/` and from its own family's directory, never from
+//!   another family: a helper that a second family needs moves to `blocks/`.
 
 pub mod args;
 pub mod cx;
@@ -18,33 +26,12 @@ pub mod error;
 pub mod graph;
 pub mod torch_version;
 
-mod elementwise;
-mod factories;
-mod views;
-mod linalg;
-mod activations;
-mod optim;
-mod conv;
-mod reductions;
-mod nn;
-mod indexing;
-mod shape_ops;
-mod spatial;
-mod special;
-mod order_stats;
-mod random;
-mod fft;
-mod decomp;
-mod losses;
-mod attention;
-mod grouped_mm;
-mod complex;
-mod recurrent;
-mod transformer_fastpath;
+mod blocks;
+mod ops;
 
 pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound};
-pub use grouped_mm::set_ragged_dot;
+pub use ops::grouped_mm::set_ragged_dot;
 pub use dtype::{can_cast, promote, result_type, DType, Rank};
 pub use error::{ErrorKind, Result, TorchError};
 use std::collections::HashMap;
@@ -179,30 +166,57 @@ pub fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
         let mut r = Registry { map: HashMap::new() };
-        elementwise::register(&mut r);
-        factories::register(&mut r);
         graph::register(&mut r);
-        views::register(&mut r);
-        linalg::register(&mut r);
-        activations::register(&mut r);
-        optim::register(&mut r);
-        conv::register(&mut r);
-        reductions::register(&mut r);
-        nn::register(&mut r);
-        indexing::register(&mut r);
-        shape_ops::register(&mut r);
-        spatial::register(&mut r);
-        special::register(&mut r);
-        order_stats::register(&mut r);
-        random::register(&mut r);
-        fft::register(&mut r);
-        decomp::register(&mut r);
-        losses::register(&mut r);
-        attention::register(&mut r);
-        grouped_mm::register(&mut r);
-        complex::register(&mut r);
-        recurrent::register(&mut r);
-        transformer_fastpath::register(&mut r);
+        ops::activations::register(&mut r);
+        ops::asserts::register(&mut r);
+        ops::attention::register(&mut r);
+        ops::complex::register(&mut r);
+        ops::conv::register(&mut r);
+        ops::distance::register(&mut r);
+        ops::elementwise::register(&mut r);
+        ops::embedding::register(&mut r);
+        ops::factories::register(&mut r);
+        ops::fft::register(&mut r);
+        ops::grouped_mm::register(&mut r);
+        ops::histogram::register(&mut r);
+        ops::indexing::register(&mut r);
+        ops::linalg::cholesky::register(&mut r);
+        ops::linalg::eigen::jacobi::register(&mut r);
+        ops::linalg::eigen::register(&mut r);
+        ops::linalg::ldl::register(&mut r);
+        ops::linalg::lstsq::register(&mut r);
+        ops::linalg::lu::register(&mut r);
+        ops::linalg::matrix_exp::register(&mut r);
+        ops::linalg::products::register(&mut r);
+        ops::linalg::qr::register(&mut r);
+        ops::linalg::register(&mut r);
+        ops::losses::ctc::register(&mut r);
+        ops::losses::margin::register(&mut r);
+        ops::losses::nll::register(&mut r);
+        ops::losses::pointwise::register(&mut r);
+        ops::nonzero_unique::register(&mut r);
+        ops::normalization::register(&mut r);
+        ops::optim::register(&mut r);
+        ops::order_stats::register(&mut r);
+        ops::random::register(&mut r);
+        ops::recurrent::register(&mut r);
+        ops::reductions::register(&mut r);
+        ops::search::register(&mut r);
+        ops::shape_ops::register(&mut r);
+        ops::softmax::register(&mut r);
+        ops::spatial::fold::register(&mut r);
+        ops::spatial::grid_sample::register(&mut r);
+        ops::spatial::pad::register(&mut r);
+        ops::spatial::pool::register(&mut r);
+        ops::spatial::upsample::register(&mut r);
+        ops::special::bessel::register(&mut r);
+        ops::special::gamma::register(&mut r);
+        ops::special::logit::register(&mut r);
+        ops::special::math::register(&mut r);
+        ops::special::ndtr::register(&mut r);
+        ops::special::polynomials::register(&mut r);
+        ops::transformer_fastpath::register(&mut r);
+        ops::views::register(&mut r);
         r
     })
 }

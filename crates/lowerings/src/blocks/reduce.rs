@@ -1,0 +1,254 @@
+//! Reductions along dims (`reduce` with a `Red`, NaN-propagating max/min; `reduce_back`,
+//! `along`), the reduced shapes (`reduce_dims`, `reduced_shape`, `keep`, `unreduce`), the
+//! accumulation dtype (`acc_type`), inclusive scans (`scan`) and stable NaN-last sorts.
+use crate::args::{Arg, Args};
+use crate::cx::{wrap_dim, Cx};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::{bail, check};
+use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
+
+/// The combining function of a reduction.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) enum Red {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    And,
+    Or,
+}
+
+/// The dtype a reduction of `d` accumulates in: float32 for 16-bit floats.
+pub(crate) fn acc_type(d: DType) -> DType {
+    match d {
+        DType::F16 | DType::BF16 | DType::F8E5M2 | DType::F8E4M3FN => DType::F32,
+        d => d,
+    }
+}
+
+/// The identity of `red` for `elem`.
+pub(crate) fn identity(b: &mut Builder, red: Red, elem: ElemType) -> Value {
+    use ElemType::*;
+    match (red, elem) {
+        (Red::Sum, _) | (Red::Or, _) => b.constant_i64(0, elem),
+        (Red::Prod, _) | (Red::And, _) => b.constant_i64(1, elem),
+        (Red::Max, Pred) => b.constant_bool(false),
+        (Red::Min, Pred) => b.constant_bool(true),
+        (Red::Max, e) if e.is_float() => b.constant_f64(f64::NEG_INFINITY, e),
+        (Red::Min, e) if e.is_float() => b.constant_f64(f64::INFINITY, e),
+        (Red::Max, e) => b.constant_i64(int_limit(e, false), e),
+        (Red::Min, e) => b.constant_i64(int_limit(e, true), e),
+    }
+}
+
+/// The largest (or smallest) value of an integer element type, as its i64 bit pattern.
+pub(crate) fn int_limit(e: ElemType, largest: bool) -> i64 {
+    use ElemType::*;
+    match (e, largest) {
+        (I8, true) => i8::MAX as i64,
+        (I8, false) => i8::MIN as i64,
+        (I16, true) => i16::MAX as i64,
+        (I16, false) => i16::MIN as i64,
+        (I32, true) => i32::MAX as i64,
+        (I32, false) => i32::MIN as i64,
+        (I64, true) => i64::MAX,
+        (I64, false) => i64::MIN,
+        (U8, true) => u8::MAX as i64,
+        (U16, true) => u16::MAX as i64,
+        (U32, true) => u32::MAX as i64,
+        (U64, true) => -1, // all ones
+        (_, false) => 0,
+        (other, _) => panic!("int_limit: {other} is not an integer type"),
+    }
+}
+
+pub(crate) fn combine(b: &mut Builder, red: Red, x: Value, y: Value) -> Value {
+    let pred = b.elem(x) == ElemType::Pred;
+    match red {
+        Red::Sum if pred => b.or(x, y),
+        Red::Prod if pred => b.and(x, y),
+        Red::Max if pred => b.or(x, y),
+        Red::Min if pred => b.and(x, y),
+        Red::Sum => b.add(x, y),
+        Red::Prod => b.mul(x, y),
+        Red::Max | Red::Min => {
+            let m = if red == Red::Max { b.max(x, y) } else { b.min(x, y) };
+            if !b.elem(x).is_float() {
+                return m;
+            }
+            // XLA's CPU reductions may drop NaNs; PyTorch propagates them.
+            let y_nan = b.compare(CmpDir::Ne, y, y);
+            let m = b.select(y_nan, y, m);
+            let x_nan = b.compare(CmpDir::Ne, x, x);
+            b.select(x_nan, x, m)
+        }
+        Red::And => b.and(x, y),
+        Red::Or => b.or(x, y),
+    }
+}
+
+/// Reduces `dims` of `v` away with `red` (no dims: `v` itself).
+pub(crate) fn reduce(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Value {
+    if dims.is_empty() {
+        return v;
+    }
+    let elem = cx.elem(v);
+    let init = identity(cx, red, elem);
+    cx.reduce(&[v], &[init], dims, move |b, a| vec![combine(b, red, a[0], a[1])])[0]
+}
+
+/// The reduced dims named by an `int[1]? dim` argument: None (or, unless `empty_is_none`, an
+/// empty list) means every dim. Dims are wrapped, and repeats are an error as in PyTorch.
+pub(crate) fn reduce_dims(dim: Option<Vec<i64>>, ndim: usize, empty_is_none: bool) -> Result<Vec<i64>> {
+    let dim = match dim {
+        None => return Ok((0..ndim as i64).collect()),
+        Some(d) if d.is_empty() && !empty_is_none => return Ok((0..ndim as i64).collect()),
+        Some(d) => d,
+    };
+    let mut out: Vec<i64> = Vec::new();
+    let mut seen = vec![false; ndim.max(1)];
+    for d in dim {
+        let w = wrap_dim(d, ndim)?;
+        check!(!seen[w], Runtime, "dim {} appears multiple times in the list of dims", w);
+        seen[w] = true;
+        if w < ndim {
+            out.push(w as i64);
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// `in_dims` with the reduced dims removed, or kept as 1s.
+pub(crate) fn reduced_shape(in_dims: &[i64], dims: &[i64], keepdim: bool) -> Vec<i64> {
+    (0..in_dims.len())
+        .filter_map(|i| {
+            if dims.contains(&(i as i64)) {
+                if keepdim {
+                    Some(1)
+                } else {
+                    None
+                }
+            } else {
+                Some(in_dims[i])
+            }
+        })
+        .collect()
+}
+
+/// Reshape a reduced value to keep the reduced dims as 1s when `keepdim`.
+pub(crate) fn keep(cx: &mut Cx, v: Value, in_dims: &[i64], dims: &[i64], keepdim: bool) -> Value {
+    if keepdim {
+        let shape = reduced_shape(in_dims, dims, true);
+        cx.reshape(v, &shape)
+    } else {
+        v
+    }
+}
+
+/// A value of shape `reduced_shape(in_dims, dims, false)` broadcast back to `in_dims`.
+pub(crate) fn unreduce(cx: &mut Cx, v: Value, in_dims: &[i64], dims: &[i64]) -> Value {
+    let kept: Vec<i64> = (0..in_dims.len() as i64).filter(|d| !dims.contains(d)).collect();
+    cx.broadcast_in_dim(v, in_dims, &kept)
+}
+
+/// A `ScalarType?` argument. The shim currently encodes ScalarType values as plain ints (it
+/// reads the schema's fake type), so accept both forms.
+pub(crate) fn opt_dtype(args: &Args, name: &str) -> Result<Option<DType>> {
+    match args.get(name) {
+        Some(Arg::Int(code)) => match i8::try_from(*code).ok().and_then(DType::from_code) {
+            Some(d) => Ok(Some(d)),
+            None => bail!(Type, "{}(): unsupported dtype code {} for argument '{}'", args.op, code, name),
+        },
+        _ => args.dtype(name),
+    }
+}
+
+/// Inclusive scan of `v` along `dim` with `red`, in log2(n) shifted combines.
+pub(crate) fn scan(cx: &mut Cx, v: Value, dim: usize, red: Red) -> Value {
+    let dims = cx.dims(v);
+    let n = dims[dim];
+    let elem = cx.elem(v);
+    let mut v = v;
+    let mut k = 1;
+    while k < n {
+        // shifted[i] = v[i - k], identity for i < k.
+        let mut limit = dims.clone();
+        limit[dim] = n - k;
+        let head = cx.slice(v, &vec![0; dims.len()], &limit, &vec![1; dims.len()]);
+        let id = identity(cx, red, elem);
+        let mut low = vec![0; dims.len()];
+        low[dim] = k;
+        let shifted = cx.pad(head, id, &low, &vec![0; dims.len()], &vec![0; dims.len()]);
+        v = combine(cx, red, v, shifted);
+        k *= 2;
+    }
+    v
+}
+
+/// Stable sort of `v` along `dim` with its int64 source indices; NaN sorts above everything
+/// (last ascending, first descending) as in PyTorch.
+pub(crate) fn sort_with_indices(cx: &mut Cx, v: Value, dim: usize, descending: bool) -> (Value, Value) {
+    let dims = cx.dims(v);
+    if dims.is_empty() {
+        let z = cx.constant_i64(0, ElemType::I64);
+        return (v, z);
+    }
+    let idx = cx.iota(&TensorType::new(ElemType::I64, &dims), dim as i64);
+    if cx.numel(v) == 0 {
+        return (v, idx);
+    }
+    let float = cx.elem(v).is_float();
+    let r = cx.sort(&[v, idx], dim as i64, true, move |b, a| {
+        let (x, y) = (a[0], a[1]);
+        let (first, second) = if descending { (y, x) } else { (x, y) };
+        // first < second, with NaN the largest value.
+        let lt = b.compare(CmpDir::Lt, first, second);
+        if !float {
+            return lt;
+        }
+        let first_nan = b.compare(CmpDir::Ne, first, first);
+        let second_nan = b.compare(CmpDir::Ne, second, second);
+        let not_first_nan = b.not(first_nan);
+        let nan_above = b.and(not_first_nan, second_nan);
+        b.or(lt, nan_above)
+    });
+    (r[0], r[1])
+}
+
+/// The single reduced dim of a softmax-like op along `dim` (none for a 0-d input).
+pub(crate) fn along(dim: i64, ndim: usize) -> Result<Vec<i64>> {
+    let d = wrap_dim(dim, ndim)?;
+    Ok(if ndim == 0 { vec![] } else { vec![d as i64] })
+}
+
+/// `v` reduced with `red` over `dims` and broadcast back to `v`'s shape.
+pub(crate) fn reduce_back(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Value {
+    let in_dims = cx.dims(v);
+    let r = reduce(cx, v, dims, red);
+    unreduce(cx, r, &in_dims, dims)
+}
+
+/// Sorts a 1-D value ascending (NaN last), carrying the original positions along.
+pub(crate) fn sort_with_positions(cx: &mut Cx, v: Value) -> (Value, Value) {
+    let n = cx.dims(v)[0];
+    let dt = cx.dtype(v);
+    let key = if dt == DType::Bool { cx.convert(v, ElemType::U8) } else { v };
+    let pos = cx.iota(&TensorType::new(ElemType::I64, &[n]), 0);
+    let is_float = dt.is_float();
+    let r = cx.sort(&[key, pos], 0, true, move |b, a| {
+        let lt = b.compare(CmpDir::Lt, a[0], a[1]);
+        if !is_float {
+            return lt;
+        }
+        // NaN sorts after everything else.
+        let an = b.compare(CmpDir::Ne, a[0], a[0]);
+        let bn = b.compare(CmpDir::Ne, a[1], a[1]);
+        let not_an = b.not(an);
+        let nan_after = b.and(not_an, bn);
+        b.or(lt, nan_after)
+    });
+    let sorted = if dt == DType::Bool { cx.cast(r[0], DType::Bool) } else { r[0] };
+    (sorted, r[1])
+}

@@ -1,0 +1,75 @@
+//! What PyTorch prints in messages: caffe2 TypeMeta names (`cpp_type_name`; `meta_name` for
+//! the ten common dtypes, torch names otherwise), legacy tensor type names, shapes (`shape_str`),
+//! and the dtype checks that print them (`check_scalar_type`, `check_float_kernel`).
+use crate::check;
+use crate::dtype::DType;
+use crate::error::Result;
+
+/// The C++ type name PyTorch prints for a dtype in some messages (caffe2::TypeMeta).
+pub(crate) fn cpp_type_name(d: DType) -> &'static str {
+    use DType::*;
+    match d {
+        U8 => "unsigned char",
+        I8 => "signed char",
+        I16 => "short int",
+        I32 => "int",
+        I64 => "long int",
+        F16 => "c10::Half",
+        F32 => "float",
+        F64 => "double",
+        C64 => "c10::complex<float>",
+        C128 => "c10::complex<double>",
+        Bool => "bool",
+        BF16 => "c10::BFloat16",
+        F8E5M2 => "c10::Float8_e5m2",
+        F8E4M3FN => "c10::Float8_e4m3fn",
+        U16 => "unsigned short",
+        U32 => "unsigned int",
+        U64 => "unsigned long",
+    }
+}
+
+/// The element-type name PyTorch's out= dtype checks print (caffe2 TypeMeta names).
+pub(crate) fn meta_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::F16 => "c10::Half",
+        DType::BF16 => "c10::BFloat16",
+        DType::I64 => "long int",
+        DType::I32 => "int",
+        DType::I16 => "short int",
+        DType::I8 => "signed char",
+        DType::U8 => "unsigned char",
+        DType::Bool => "bool",
+        d => d.torch_name(),
+    }
+}
+
+/// The legacy tensor type name PyTorch prints in argument checks ("torch.FloatTensor").
+pub(crate) fn tensor_type_name(d: DType) -> String {
+    format!("torch.{}Tensor", d.torch_name())
+}
+
+/// The dtype check of a second operand against the first, with the message PyTorch's kernels
+/// give (bmm/baddbmm/mv/addmv here; the losses' weights and gradients).
+pub(crate) fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
+    check!(
+        expected == found,
+        Runtime,
+        "expected scalar type {} but found {}",
+        expected.torch_name(),
+        found.torch_name()
+    );
+    Ok(())
+}
+
+pub(crate) fn check_float_kernel(dt: DType, kernel: &str, allow_16: bool) -> Result<()> {
+    let ok = matches!(dt, DType::F32 | DType::F64) || (allow_16 && dt == DType::BF16);
+    check!(ok, NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    Ok(())
+}
+
+pub(crate) fn shape_str(d: &[i64]) -> String {
+    format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+}

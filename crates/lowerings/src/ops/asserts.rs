@@ -1,0 +1,40 @@
+//! Assertions on data: _assert_async and _functional_assert_async, checked at the next
+//! synchronization like the index checks (`Cx::check_index`).
+use crate::args::Args;
+use crate::cx::Cx;
+use crate::dtype::DType;
+use crate::error::{ErrorKind, Result};
+use crate::{check, one, Out, Registry};
+use stablehlo::CmpDir;
+
+pub fn register(r: &mut Registry) {
+    r.add("_assert_async", assert_async);
+    r.add("_functional_assert_async", assert_async);
+}
+
+/// _assert_async(self[, assert_msg]) and _functional_assert_async.msg(self, assert_msg,
+/// dep_token): a one-element tensor that must be nonzero. Like CUDA, the value is checked on
+/// the device without waiting: a failure raises RuntimeError with the message at the next
+/// synchronization (see the engine's checks). The functional form returns its dep_token.
+fn assert_async(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    let n = cx.numel(x.v);
+    check!(n != 0, Runtime, "Boolean value of Tensor with no values is ambiguous");
+    check!(n < 2, Runtime, "Boolean value of Tensor with more than one value is ambiguous");
+    let msg = match args.str("assert_msg")? {
+        Some(m) => m.to_string(),
+        None => "Expected Tensor with single nonzero value, but got zero".to_string(),
+    };
+    let v = cx.reshape(x.v, &[]);
+    let zero = cx.full(0.0, x.dtype, &[]);
+    let is_zero = cx.compare(CmpDir::Eq, v, zero);
+    let bad = cx.cast(is_zero, DType::I64);
+    let bad = cx.reshape(bad, &[1]);
+    let rest = cx.full(0.0, DType::I64, &[2]);
+    let row = cx.concatenate(&[bad, rest], 0);
+    cx.add_check(row, ErrorKind::Runtime, vec![msg]);
+    match args.opt_tensor("dep_token")? {
+        Some(t) => one(t.v),
+        None => Ok(vec![]),
+    }
+}

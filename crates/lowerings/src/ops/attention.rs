@@ -1,0 +1,282 @@
+//! Fused scaled-dot-product attention: PyTorch's "overrideable" SDPA backend, which
+//! `F.scaled_dot_product_attention` picks on tpu for 4-d float32/bf16/f16 inputs without
+//! dropout (the choice is made in csrc/metadata_ops.cpp; other cases take PyTorch's math composite).
+//!
+//! The forward keeps only the output and each row's log-sum-exp for backward, which
+//! recomputes the probabilities (flash attention's contract): the math decomposition would
+//! save the L x S probability matrices of every layer instead. Scores and softmax run in f32
+//! (f64 stays f64); the two products take the inputs' dtype with f32 accumulation.
+use crate::args::{Arg, Args, Tensor};
+use crate::blocks::contract::contract;
+use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::cx::{broadcast_shapes, Cx};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::{check, Out, Registry};
+use stablehlo::{CmpDir, Value};
+
+pub fn register(r: &mut Registry) {
+    // Specialized: dropout_p decides whether the call is supported at all.
+    r.add_specialized("_scaled_dot_product_fused_attention_overrideable", forward);
+    r.add_specialized("_scaled_dot_product_fused_attention_overrideable_backward", backward);
+}
+
+/// Shapes and options of one attention call; heads of the query are grouped over the
+/// key/value heads (grouped-query attention): q [B, Hk*G, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev].
+struct Attn {
+    b: i64,
+    hk: i64,
+    g: i64,
+    l: i64,
+    s: i64,
+    ev: i64,
+    scale: f64,
+    causal: bool,
+    acc: DType,
+}
+
+fn float_arg(args: &Args, name: &str) -> Option<f64> {
+    match args.get(name) {
+        Some(Arg::Float(f)) => Some(f.value),
+        Some(Arg::Int(i)) => Some(*i as f64),
+        _ => None,
+    }
+}
+
+fn setup(cx: &Cx, q: &Tensor, k: &Tensor, v: &Tensor, args: &Args) -> Result<Attn> {
+    for (name, t) in [("query", q), ("key", k), ("value", v)] {
+        check!(
+            cx.dims(t.v).len() == 4,
+            Runtime,
+            "scaled_dot_product_attention on tpu: {name} must be 4-d (batch, heads, sequence, features), got {}-d",
+            cx.dims(t.v).len()
+        );
+        check!(t.dtype.is_float(), Runtime, "scaled_dot_product_attention: expected a floating-point {name}, got {}", t.dtype.torch_name());
+    }
+    check!(
+        q.dtype == k.dtype && q.dtype == v.dtype,
+        Runtime,
+        "Expected query, key, and value to have the same dtype, but got query.dtype: {} key.dtype: {} and value.dtype: {} instead.",
+        q.dtype.torch_name(),
+        k.dtype.torch_name(),
+        v.dtype.torch_name()
+    );
+    let (qd, kd, vd) = (cx.dims(q.v), cx.dims(k.v), cx.dims(v.v));
+    check!(
+        qd[0] == kd[0] && kd[0] == vd[0] && kd[1] == vd[1] && kd[2] == vd[2] && qd[3] == kd[3],
+        Runtime,
+        "scaled_dot_product_attention: incompatible shapes query {:?}, key {:?}, value {:?}",
+        qd,
+        kd,
+        vd
+    );
+    check!(
+        kd[1] > 0 && qd[1] % kd[1] == 0,
+        Runtime,
+        "number of heads in key/value must divide number of heads in query"
+    );
+    let dropout = float_arg(args, "dropout_p").unwrap_or(0.0);
+    check!(dropout == 0.0, NotImplemented, "torchtpu: fused attention with dropout_p > 0 is not supported; F.scaled_dot_product_attention takes the math path for it");
+    let scale = float_arg(args, "scale").unwrap_or(1.0 / (qd[3] as f64).sqrt());
+    Ok(Attn {
+        b: qd[0],
+        hk: kd[1],
+        g: qd[1] / kd[1],
+        l: qd[2],
+        s: kd[2],
+        ev: vd[3],
+        scale,
+        causal: args.bool_or("is_causal", false)?,
+        acc: acc_type(q.dtype),
+    })
+}
+
+impl Attn {
+    /// [B, Hk*G, L, x] -> [B, Hk, G, L, x]
+    fn group(&self, cx: &mut Cx, x: Value) -> Value {
+        let last = *cx.dims(x).last().unwrap();
+        cx.b.reshape(x, &[self.b, self.hk, self.g, self.l, last])
+    }
+
+    fn scores_dims(&self) -> [i64; 5] {
+        [self.b, self.hk, self.g, self.l, self.s]
+    }
+
+    /// scale * q k^T (+ bias, causal mask) in the accumulation dtype: [B, Hk, G, L, S].
+    fn scores(&self, cx: &mut Cx, q5: Value, k: Value, bias: Option<&Tensor>) -> Result<Value> {
+        let qk = contract(cx, q5, k, (&[0, 1], &[0, 1]), (&[4], &[3]));
+        let dims = self.scores_dims();
+        let scale = cx.full(self.scale, self.acc, &dims);
+        let mut s = cx.b.mul(qk, scale);
+        if let Some(bias) = bias {
+            let full = [self.b, self.hk * self.g, self.l, self.s];
+            broadcast_shapes(&[cx.dims(bias.v), full.to_vec()])?;
+            let bv = if bias.dtype == DType::Bool {
+                // A boolean mask keeps the positions where it is true.
+                let zero = cx.full(0.0, self.acc, &cx.dims(bias.v));
+                let ninf = cx.full(f64::NEG_INFINITY, self.acc, &cx.dims(bias.v));
+                cx.b.select(bias.v, zero, ninf)
+            } else {
+                cx.cast(bias.v, self.acc)
+            };
+            let bv = cx.b.broadcast_to(bv, &full);
+            let bv = cx.b.reshape(bv, &dims);
+            s = cx.b.add(s, bv);
+        }
+        if self.causal {
+            // PyTorch's is_causal keeps key j for query i when j <= i (top-left aligned).
+            let ty = stablehlo::TensorType { elem: DType::I64.elem(), dims: vec![self.l, self.s] };
+            let row = cx.b.iota(&ty, 0);
+            let col = cx.b.iota(&ty, 1);
+            let keep = cx.b.compare(CmpDir::Le, col, row);
+            let keep = cx.b.broadcast_in_dim(keep, &dims, &[3, 4]);
+            let ninf = cx.full(f64::NEG_INFINITY, self.acc, &dims);
+            s = cx.b.select(keep, s, ninf);
+        }
+        Ok(s)
+    }
+
+    /// Broadcasts a per-row value [B, Hk, G, L] over the keys.
+    fn rows(&self, cx: &mut Cx, x: Value) -> Value {
+        cx.b.broadcast_in_dim(x, &self.scores_dims(), &[0, 1, 2, 3])
+    }
+}
+
+/// (query, key, value, attn_bias?, dropout_p, is_causal, return_debug_mask, *, scale) ->
+/// (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
+fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (q, k, v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
+    let bias = args.opt_tensor("attn_bias")?;
+    let a = setup(cx, &q, &k, &v, args)?;
+    let q5 = a.group(cx, q.v);
+    let s = a.scores(cx, q5, k.v, bias.as_ref())?;
+    // Fully masked rows give zeros (PyTorch's safe softmax) and a log-sum-exp of -inf.
+    let m = reduce(cx, s, &[4], Red::Max);
+    let ninf = cx.full(f64::NEG_INFINITY, a.acc, &cx.dims(m));
+    let zero = cx.full(0.0, a.acc, &cx.dims(m));
+    let empty_row = cx.b.compare(CmpDir::Eq, m, ninf);
+    let m = cx.b.select(empty_row, zero, m);
+    let mb = a.rows(cx, m);
+    let shifted = cx.b.sub(s, mb);
+    let p = cx.b.exp(shifted);
+    let total = reduce(cx, p, &[4], Red::Sum);
+    let log_total = cx.b.log(total);
+    let lse = cx.b.add(m, log_total);
+    let one = cx.full(1.0, a.acc, &cx.dims(total));
+    let zero_total = cx.b.compare(CmpDir::Eq, total, zero);
+    let inv = cx.b.div(one, total);
+    let inv = cx.b.select(zero_total, zero, inv);
+    let invb = a.rows(cx, inv);
+    let probs = cx.b.mul(p, invb);
+    let probs = cx.cast(probs, v.dtype);
+    let out = contract(cx, probs, v.v, (&[0, 1], &[0, 1]), (&[4], &[2]));
+    let out = cx.cast(out, q.dtype);
+    let out = cx.b.reshape(out, &[a.b, a.hk * a.g, a.l, a.ev]);
+    let lse = cx.cast(lse, DType::F32);
+    let lse = cx.b.reshape(lse, &[a.b, a.hk * a.g, a.l]);
+    // No variable-length batches, no dropout state, no debug mask: empty tensors stand in
+    // for PyTorch's undefined ones.
+    let empty = |cx: &mut Cx, d: DType| Out::Tensor(cx.full(0.0, d, &[0]));
+    let max_q = cx.full(a.l as f64, DType::I64, &[]);
+    let max_k = cx.full(a.s as f64, DType::I64, &[]);
+    Ok(vec![
+        Out::Tensor(out),
+        Out::Tensor(lse),
+        empty(cx, DType::I32),
+        empty(cx, DType::I32),
+        Out::Tensor(max_q),
+        Out::Tensor(max_k),
+        empty(cx, DType::I64),
+        empty(cx, DType::I64),
+        empty(cx, q.dtype),
+    ])
+}
+
+/// Sums a [B, H, L, S] gradient down to the shape of the bias it was broadcast from.
+fn sum_to(cx: &mut Cx, g: Value, shape: &[i64]) -> Value {
+    let gd = cx.dims(g);
+    let off = gd.len() - shape.len();
+    let dims: Vec<i64> =
+        (0..gd.len()).filter(|&i| i < off || (shape[i - off] == 1 && gd[i] != 1)).map(|i| i as i64).collect();
+    let r = reduce(cx, g, &dims, Red::Sum);
+    cx.b.reshape(r, shape)
+}
+
+/// (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+/// cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale) ->
+/// (grad_query, grad_key, grad_value, grad_attn_bias)
+fn backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (q, k, v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
+    let bias = args.opt_tensor("attn_bias")?.filter(|b| cx.dims(b.v) != [0]);
+    let a = setup(cx, &q, &k, &v, args)?;
+    let mask = match args.get("grad_input_mask") {
+        Some(Arg::BoolList(m)) if m.len() == 4 => [m[0], m[1], m[2], m[3]],
+        _ => [true, true, true, bias.is_some()],
+    };
+    let q5 = a.group(cx, q.v);
+    let s = a.scores(cx, q5, k.v, bias.as_ref())?;
+    let lse = args.tensor("logsumexp")?;
+    let lse = cx.cast(lse.v, a.acc);
+    let lse = cx.b.reshape(lse, &[a.b, a.hk, a.g, a.l]);
+    let ninf = cx.full(f64::NEG_INFINITY, a.acc, &cx.dims(lse));
+    let empty_row = cx.b.compare(CmpDir::Eq, lse, ninf);
+    let empty_row = cx.b.broadcast_in_dim(empty_row, &a.scores_dims(), &[0, 1, 2, 3]);
+    let lseb = a.rows(cx, lse);
+    let shifted = cx.b.sub(s, lseb);
+    let p = cx.b.exp(shifted);
+    let zeros = cx.full(0.0, a.acc, &a.scores_dims());
+    let p = cx.b.select(empty_row, zeros, p);
+
+    let go = args.tensor("grad_out")?;
+    let go = cx.cast(go.v, q.dtype);
+    let go5 = a.group(cx, go);
+    let o = args.tensor("out")?;
+    let o = cx.cast(o.v, q.dtype);
+    let o5 = a.group(cx, o);
+    // dV = P^T dO, summed over the query heads of each group.
+    let grad_v = if mask[2] {
+        let pv = cx.cast(p, v.dtype);
+        let r = contract(cx, pv, go5, (&[0, 1], &[0, 1]), (&[2, 3], &[2, 3]));
+        cx.cast(r, v.dtype)
+    } else {
+        cx.full(0.0, v.dtype, &[0])
+    };
+    // dS = P * (dO V^T - rowsum(dO * O))
+    let dp = contract(cx, go5, v.v, (&[0, 1], &[0, 1]), (&[4], &[3]));
+    let goa = cx.cast(go5, a.acc);
+    let oa = cx.cast(o5, a.acc);
+    let prod = cx.b.mul(goa, oa);
+    let d = reduce(cx, prod, &[4], Red::Sum);
+    let db = a.rows(cx, d);
+    let centered = cx.b.sub(dp, db);
+    let ds = cx.b.mul(p, centered);
+    let scale = cx.full(a.scale, a.acc, &[]);
+    let grad_q = if mask[0] {
+        let dsq = cx.cast(ds, q.dtype);
+        let r = contract(cx, dsq, k.v, (&[0, 1], &[0, 1]), (&[4], &[2]));
+        let sc = cx.b.broadcast_in_dim(scale, &cx.dims(r), &[]);
+        let r = cx.b.mul(r, sc);
+        let r = cx.cast(r, q.dtype);
+        cx.b.reshape(r, &[a.b, a.hk * a.g, a.l, cx.dims(q.v)[3]])
+    } else {
+        cx.full(0.0, q.dtype, &[0])
+    };
+    let grad_k = if mask[1] {
+        let dsk = cx.cast(ds, k.dtype);
+        let r = contract(cx, dsk, q5, (&[0, 1], &[0, 1]), (&[2, 3], &[2, 3]));
+        let sc = cx.b.broadcast_in_dim(scale, &cx.dims(r), &[]);
+        let r = cx.b.mul(r, sc);
+        cx.cast(r, k.dtype)
+    } else {
+        cx.full(0.0, k.dtype, &[0])
+    };
+    let grad_bias = match bias {
+        Some(bias) if mask[3] && bias.dtype.is_float() => {
+            let full = cx.b.reshape(ds, &[a.b, a.hk * a.g, a.l, a.s]);
+            let r = sum_to(cx, full, &cx.dims(bias.v));
+            cx.cast(r, bias.dtype)
+        }
+        _ => cx.full(0.0, q.dtype, &[0]),
+    };
+    Ok(vec![Out::Tensor(grad_q), Out::Tensor(grad_k), Out::Tensor(grad_v), Out::Tensor(grad_bias)])
+}

@@ -1,0 +1,199 @@
+//! Special functions, one family per file: gamma.rs, logit.rs, ndtr.rs, bessel.rs and
+//! polynomials.rs; math.rs holds the remaining elementwise math that shares their operand
+//! handling. This file holds that handling and the series helpers they share.
+//!
+//! 16-bit floats are computed in float32 and rounded once, as PyTorch's CPU kernels upcast
+//! them; the Cephes-derived algorithms follow PyTorch's ATen/native/Math.h.
+pub(crate) mod bessel;
+pub(crate) mod gamma;
+pub(crate) mod logit;
+pub(crate) mod math;
+pub(crate) mod ndtr;
+pub(crate) mod polynomials;
+
+use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::blocks::reduce::acc_type;
+use crate::cx::Cx;
+use crate::dtype::{result_type, DType, Rank};
+use crate::error::Result;
+use crate::{check, one, Out};
+use stablehlo::{Builder, CmpDir, ElemType, Value};
+
+// ---- operands and shared helpers ---------------------------------------------------------------
+
+/// A tensor or a Python number in a promoting binary op.
+#[derive(Copy, Clone)]
+enum Num {
+    T(Tensor),
+    S(Scalar),
+}
+
+impl Num {
+    fn get(args: &Args, name: &str) -> Result<Num> {
+        match args.get(name) {
+            Some(Arg::Tensor(t)) => Ok(Num::T(*t)),
+            _ => Ok(Num::S(args.scalar(name)?)),
+        }
+    }
+    fn promo(&self) -> (DType, Rank) {
+        match self {
+            Num::T(t) => (t.dtype, t.rank),
+            Num::S(s) => (s.dtype(), Rank::Wrapped),
+        }
+    }
+    fn value(&self, cx: &mut Cx, dtype: DType) -> Value {
+        match self {
+            Num::T(t) => cx.cast(t.v, dtype),
+            Num::S(s) => cx.scalar(*s, dtype),
+        }
+    }
+}
+
+/// Both operands, and their promoted dtype.
+fn operands(args: &Args, a: &str, b: &str) -> Result<(Num, Num, DType)> {
+    let x = Num::get(args, a)?;
+    let y = Num::get(args, b)?;
+    let dt = result_type(&[x.promo(), y.promo()]).unwrap();
+    Ok((x, y, dt))
+}
+
+/// Both operands converted to `dtype` and broadcast together.
+fn pair(cx: &mut Cx, a: Num, b: Num, dtype: DType) -> Result<(Value, Value)> {
+    let av = a.value(cx, dtype);
+    let bv = b.value(cx, dtype);
+    let vs = cx.broadcast_all(&[av, bv])?;
+    Ok((vs[0], vs[1]))
+}
+
+/// The dtype of ops that always produce floats: integers and bools give the default float.
+fn float_result(d: DType) -> DType {
+    if d.is_float() || d.is_complex() {
+        d
+    } else {
+        DType::F32
+    }
+}
+
+fn no_complex(d: DType, op: &str) -> Result<()> {
+    check!(!d.is_complex(), NotImplemented, "{}: complex tensors are not supported on tpu yet", op);
+    Ok(())
+}
+
+/// The operand of a unary op: `self`, or `x` in the schemas that name it so
+/// (special_airy_ai, special_scaled_modified_bessel_k0, ...).
+fn unary_operand(args: &Args) -> Result<Tensor> {
+    match args.get("x") {
+        Some(Arg::Tensor(t)) if args.get("self").is_none() => Ok(*t),
+        _ => args.tensor("self"),
+    }
+}
+
+/// A unary float op: integer inputs give float32; 16-bit floats compute in float32.
+fn float_unary(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
+    let x = unary_operand(args)?;
+    no_complex(x.dtype, args.op)?;
+    let dt = float_result(x.dtype);
+    let v = cx.cast(x.v, acc_type(dt));
+    let r = f(cx, v);
+    one(cx.cast(r, dt))
+}
+
+/// A unary float op that PyTorch's CPU kernels do not provide for 16-bit floats.
+fn float_unary_no16(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mut Cx, Value) -> Value) -> Result<Vec<Out>> {
+    let x = unary_operand(args)?;
+    check!(
+        !matches!(x.dtype, DType::BF16 | DType::F16),
+        NotImplemented,
+        "\"{}\" not implemented for '{}'",
+        kernel,
+        x.dtype.torch_name()
+    );
+    float_unary(cx, args, f)
+}
+
+/// A binary op of floats with PyTorch's float promotion (integers give float32), computed in
+/// float32 for 16-bit floats.
+fn float_binary(cx: &mut Cx, args: &Args, a: &str, b: &str, f: impl FnOnce(&mut Cx, Value, Value) -> Value) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, a, b)?;
+    no_complex(dt, args.op)?;
+    let dt = float_result(dt);
+    let (u, v) = pair(cx, x, y, acc_type(dt))?;
+    let r = f(cx, u, v);
+    one(cx.cast(r, dt))
+}
+
+/// A binary op defined for floating dtypes only (no integer promotion to float).
+fn floats_only_binary(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mut Cx, Value, Value) -> Value) -> Result<Vec<Out>> {
+    let (x, y, dt) = operands(args, "self", "other")?;
+    no_complex(dt, args.op)?;
+    check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
+    let (u, v) = pair(cx, x, y, acc_type(dt))?;
+    let r = f(cx, u, v);
+    one(cx.cast(r, dt))
+}
+
+/// The constant `x` with the dtype and dims of `like`.
+fn k(cx: &mut Cx, x: f64, like: Value) -> Value {
+    let (dt, dims) = (cx.dtype(like), cx.dims(like));
+    cx.full(x, dt, &dims)
+}
+
+fn is_nan(cx: &mut Cx, v: Value) -> Value {
+    cx.compare(CmpDir::Ne, v, v)
+}
+
+/// `a op b` against the constant `c`.
+fn cmp_k(cx: &mut Cx, dir: CmpDir, a: Value, c: f64) -> Value {
+    let cv = k(cx, c, a);
+    cx.compare(dir, a, cv)
+}
+
+/// Horner evaluation of coeffs[0] x^n + ... + coeffs[n] (Cephes polevl).
+fn polevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
+    let mut r = k(cx, coeffs[0], x);
+    for &c in &coeffs[1..] {
+        r = cx.mul(r, x);
+        let cv = k(cx, c, x);
+        r = cx.add(r, cv);
+    }
+    r
+}
+
+/// Clenshaw evaluation of a Chebyshev series (Cephes chbevl).
+fn chbevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
+    let mut b0 = k(cx, coeffs[0], x);
+    let mut b1 = k(cx, 0.0, x);
+    let mut b2 = b1;
+    for &c in &coeffs[1..] {
+        b2 = b1;
+        b1 = b0;
+        let t = cx.mul(x, b1);
+        let t = cx.sub(t, b2);
+        let cv = k(cx, c, x);
+        b0 = cx.add(t, cv);
+    }
+    let d = cx.sub(b0, b2);
+    let half = k(cx, 0.5, x);
+    cx.mul(half, d)
+}
+
+/// A constant of `x` shaped like `like` inside a region.
+fn bk(b: &mut Builder, x: f64, like: Value) -> Value {
+    let ty = b.ty(like).clone();
+    b.splat_f64(x, &ty)
+}
+
+/// The 0-d int64 `i` as a float shaped like `like` (a series' term number).
+fn count_like(b: &mut Builder, i: Value, like: Value) -> Value {
+    let f = b.convert(i, b.elem(like));
+    b.broadcast_in_dim(f, &b.dims(like).to_vec(), &[])
+}
+
+/// The unsigned integer type with the bit width of a float type.
+fn bits_of(e: ElemType) -> (ElemType, i64) {
+    match e {
+        ElemType::F64 => (ElemType::U64, i64::MIN),
+        ElemType::F32 => (ElemType::U32, 1 << 31),
+        _ => (ElemType::U16, 1 << 15),
+    }
+}
