@@ -188,7 +188,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, d, false);
 }
 // Which kernel F.scaled_dot_product_attention uses on tpu: the fused "overrideable" one
-// (lowered in crates/lowerings/src/attention.rs) for 4-d float32/bf16/f16 inputs without
+// (lowered in crates/lowerings/src/ops/attention.rs) for 4-d float32/bf16/f16 inputs without
 // dropout, unless the user disabled it (torch.nn.attention.sdpa_kernel); PyTorch's math
 // composite otherwise.
 int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& mask,
