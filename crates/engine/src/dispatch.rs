@@ -839,9 +839,9 @@ fn keep_first(cx: &mut Cx, prev: Value, next: Value) -> Value {
     cx.b.select(failed, prev, next)
 }
 
-/// Ops that take CPU tensors with dimensions (indices) like PyTorch's CUDA backend does.
+/// Whether the op takes CPU tensors next to tpu ones (declared `.host_tensors()`).
 fn host_tensors_allowed(base: &str) -> bool {
-    matches!(base, "copy" | "index" | "index_put" | "_index_put_impl" | "_to_copy" | "torchtpu::run_graph")
+    lowerings::registry().get(base).is_some_and(|d| d.host_tensors)
 }
 
 // ---- running ----------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ use crate::args::{Arg, Args, FloatArg, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{DType, Rank};
 use crate::error::Result;
-use crate::{bail, check, Out, Registry};
+use crate::{bail, check, Out, op, Op};
 use std::sync::{Arc, Mutex};
 
 /// A node argument: a reference to an earlier value, or a constant.
@@ -69,12 +69,12 @@ fn graph(id: i64) -> Result<Arc<Graph>> {
     }
 }
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // Also run_graph_ (the same base name), which writes the mutated inputs.
-    r.add("torchtpu::run_graph", run_graph);
+    op("torchtpu::run_graph", run_graph).host_tensors(),
     // Prims that PyTorch's decompositions leave in graphs (with symbolic sizes in particular).
-    r.add("prims::convert_element_type", convert_element_type);
-}
+    op("prims::convert_element_type", convert_element_type),
+];
 
 /// prims.convert_element_type(a, dtype): a cast with no type promotion of its own.
 fn convert_element_type(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {

@@ -259,14 +259,14 @@ pub extern "C" fn tt_synchronize(_device: i32) {
     // Reads wait for their producers; nothing is queued outside PJRT.
 }
 
-/// The aten ops the shim must route to the fallback explicitly: NUL-separated, ending with an
-/// empty name.
+/// The aten ops the shim must route to the fallback explicitly (declared `.routed(...)`):
+/// NUL-separated, ending with an empty name.
 #[no_mangle]
 pub extern "C" fn tt_routed_ops() -> *const c_char {
     static LIST: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
     LIST.get_or_init(|| {
         let mut v = Vec::new();
-        for name in lowerings::ROUTED_OPS.iter().chain(lowerings::HOST_MEMORY_OPS) {
+        for name in lowerings::registry().declarations().flat_map(|d| d.routed.iter()) {
             v.extend_from_slice(name.as_bytes());
             v.push(0);
         }
@@ -276,13 +276,12 @@ pub extern "C" fn tt_routed_ops() -> *const c_char {
     .as_ptr() as *const c_char
 }
 
-/// Whether an op ("aten::_foreach_add_") belongs to a family in ROUTED_FAMILIES.
+/// Whether an op ("aten::_foreach_add_") is a list op (declared `.list_op()`).
 #[no_mangle]
 pub extern "C" fn tt_route_family(qualified: *const c_char) -> bool {
     catch_unwind(|| {
         let name = unsafe { CStr::from_ptr(qualified) }.to_string_lossy();
-        let short = name.strip_prefix("aten::").unwrap_or(&name);
-        lowerings::ROUTED_FAMILIES.iter().any(|p| short.starts_with(p))
+        lowerings::registry().get(lowerings::base_name(&name)).is_some_and(|d| d.list_op)
     })
     .unwrap_or(false)
 }
@@ -296,7 +295,7 @@ pub extern "C" fn tt_route_structured(qualified: *const c_char, overload: *const
         let overload = unsafe { CStr::from_ptr(overload) }.to_string_lossy();
         let short = name.strip_prefix("aten::").unwrap_or(&name);
         let full = if overload.is_empty() { short.to_string() } else { format!("{short}.{overload}") };
-        lowerings::registry().get(lowerings::base_name(&name)).is_some() && !lowerings::KEEP_COMPOSITE.contains(&full.as_str())
+        lowerings::registry().get(lowerings::base_name(&name)).is_some_and(|d| !d.keep_composite.contains(&full.as_str()))
     })
     .unwrap_or(false)
 }

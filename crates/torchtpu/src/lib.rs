@@ -210,6 +210,19 @@ fn lowered_ops() -> Vec<&'static str> {
     lowerings::registry().names()
 }
 
+/// Every declared op overload the shim routes to the fallback or keeps composite, as
+/// (base name, "routed" | "keep_composite", "name.overload").
+#[pyfunction]
+fn declared_overloads() -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut out = Vec::new();
+    for d in lowerings::registry().declarations() {
+        let base = d.names.iter().next().unwrap_or("");
+        out.extend(d.routed.iter().map(|o| (base, "routed", *o)));
+        out.extend(d.keep_composite.iter().map(|o| (base, "keep_composite", *o)));
+    }
+    out
+}
+
 /// Whether an aten op ("aten::add_") has a native lowering, by the engine's base-name rule.
 #[pyfunction]
 fn is_lowered(qualified: &str) -> bool {
@@ -324,6 +337,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_lowered, m)?)?;
+    m.add_function(wrap_pyfunction!(declared_overloads, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_codes, m)?)?;
     m.add_function(wrap_pyfunction!(lowering_arg_names, m)?)?;
     m.add_function(wrap_pyfunction!(built_with_torch, m)?)?;

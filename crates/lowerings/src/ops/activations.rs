@@ -8,52 +8,52 @@ use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{result_type, DType};
 use crate::error::{Result, TorchError};
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("threshold", threshold);
-    r.add("threshold_backward", threshold_backward);
-    r.add("gelu_backward", gelu_backward);
-    r.add("silu_backward", silu_backward);
-    r.add("sigmoid_backward", sigmoid_backward);
-    r.add("tanh_backward", tanh_backward);
-    r.add("leaky_relu", leaky_relu);
+pub(crate) const OPS: &[Op] = &[
+    op("threshold", threshold),
+    op("threshold_backward", threshold_backward),
+    op("gelu_backward", gelu_backward),
+    op("silu_backward", silu_backward),
+    op("sigmoid_backward", sigmoid_backward),
+    op("tanh_backward", tanh_backward),
+    op("leaky_relu", leaky_relu),
     // Both check a float argument's value: compiled in, so a cached program never skips it.
-    r.add_specialized("leaky_relu_backward", leaky_relu_backward);
-    r.add("elu", elu);
-    r.add_specialized("elu_backward", elu_backward);
-    r.add("hardtanh", hardtanh);
-    r.add("hardtanh_backward", hardtanh_backward);
-    r.add("softplus", softplus);
-    r.add("softplus_backward", softplus_backward);
-    r.add("hardsigmoid", hardsigmoid);
-    r.add("hardsigmoid_backward", hardsigmoid_backward);
-    r.add("hardswish", hardswish);
-    r.add("hardswish_backward", hardswish_backward);
-    r.add("mish", mish);
-    r.add("mish_backward", mish_backward);
-    r.add("log_sigmoid_forward", log_sigmoid_forward);
-    r.add("log_sigmoid_backward", log_sigmoid_backward);
-    r.add("hardshrink", hardshrink);
-    r.add("hardshrink_backward", hardshrink_backward);
-    r.add_specialized("softshrink", softshrink);
-    r.add("softshrink_backward", softshrink_backward);
-    r.add("glu", glu);
-    r.add("glu_backward", glu_backward);
-    r.add("glu_jvp", glu_jvp);
-    r.add("glu_backward_jvp", glu_backward_jvp);
-    r.add("_prelu_kernel", prelu_kernel);
-    r.add("_prelu_kernel_backward", prelu_kernel_backward);
-    r.add_specialized("native_dropout", native_dropout);
-    r.add("native_dropout_backward", native_dropout_backward);
+    op("leaky_relu_backward", leaky_relu_backward).specialized(),
+    op("elu", elu),
+    op("elu_backward", elu_backward).specialized(),
+    op("hardtanh", hardtanh),
+    op("hardtanh_backward", hardtanh_backward),
+    op("softplus", softplus),
+    op("softplus_backward", softplus_backward),
+    op("hardsigmoid", hardsigmoid),
+    op("hardsigmoid_backward", hardsigmoid_backward),
+    op("hardswish", hardswish),
+    op("hardswish_backward", hardswish_backward),
+    op("mish", mish),
+    op("mish_backward", mish_backward),
+    op("log_sigmoid_forward", log_sigmoid_forward),
+    op("log_sigmoid_backward", log_sigmoid_backward),
+    op("hardshrink", hardshrink),
+    op("hardshrink_backward", hardshrink_backward),
+    op("softshrink", softshrink).specialized(),
+    op("softshrink_backward", softshrink_backward),
+    op("glu", glu),
+    op("glu_backward", glu_backward),
+    op("glu_jvp", glu_jvp),
+    op("glu_backward_jvp", glu_backward_jvp),
+    op("_prelu_kernel", prelu_kernel),
+    op("_prelu_kernel_backward", prelu_kernel_backward),
+    op("native_dropout", native_dropout).specialized(),
+    op("native_dropout_backward", native_dropout_backward),
     // lower <= upper is checked, so the bounds are compiled in.
-    r.add_specialized("rrelu_with_noise", rrelu_with_noise);
-    r.add_specialized("rrelu_with_noise_functional", rrelu_with_noise_functional);
-    r.add("relu", relu);
-    r.add("gelu", gelu);
-    r.add("silu", silu);
-}
+    op("rrelu_with_noise", rrelu_with_noise).specialized(),
+    op("rrelu_with_noise_functional", rrelu_with_noise_functional).specialized(),
+    op("relu", relu),
+    op("gelu", gelu),
+    op("silu", silu),
+];
 
 // ---- helpers ---------------------------------------------------------------------------------
 

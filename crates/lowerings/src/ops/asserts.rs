@@ -4,13 +4,13 @@ use crate::args::Args;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::CmpDir;
 
-pub fn register(r: &mut Registry) {
-    r.add("_assert_async", assert_async);
-    r.add("_functional_assert_async", assert_async);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("_assert_async", assert_async),
+    op("_functional_assert_async", assert_async),
+];
 
 /// _assert_async(self[, assert_msg]) and _functional_assert_async.msg(self, assert_msg,
 /// dep_token): a one-element tensor that must be nonzero. Like CUDA, the value is checked on

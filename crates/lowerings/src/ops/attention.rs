@@ -12,14 +12,19 @@ use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, Out, Registry};
+use crate::{check, Out, op, Op};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // Specialized: dropout_p decides whether the call is supported at all.
-    r.add_specialized("_scaled_dot_product_fused_attention_overrideable", forward);
-    r.add_specialized("_scaled_dot_product_fused_attention_overrideable_backward", backward);
-}
+    // Routed: PyTorch's SDPA backend for other devices; its composites only raise.
+    op("_scaled_dot_product_fused_attention_overrideable", forward)
+        .specialized()
+        .routed(&["_scaled_dot_product_fused_attention_overrideable"]),
+    op("_scaled_dot_product_fused_attention_overrideable_backward", backward)
+        .specialized()
+        .routed(&["_scaled_dot_product_fused_attention_overrideable_backward"]),
+];
 
 /// Shapes and options of one attention call; heads of the query are grouped over the
 /// key/value heads (grouped-query attention): q [B, Hk*G, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev].

@@ -6,16 +6,16 @@ use crate::args::Args;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::Value;
 
-pub fn register(r: &mut Registry) {
-    r.add("complex", complex);
-    r.add("polar", polar);
-    r.add("_efficientzerotensor", efficient_zero_tensor);
-    r.add("view_as_real", view_as_real);
-    r.add("view_as_complex", view_as_complex);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("complex", complex),
+    op("polar", polar),
+    op("_efficientzerotensor", efficient_zero_tensor),
+    op("view_as_real", view_as_real),
+    op("view_as_complex", view_as_complex),
+];
 
 /// PyTorch's complex_check_dtype: two Half/Float/Double parts of one dtype, and an out= of the
 /// matching complex dtype. Gives the parts broadcast together.

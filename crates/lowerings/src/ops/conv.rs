@@ -7,16 +7,17 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{ConvDims, Precision, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("convolution_overrideable", convolution);
-    r.add("convolution_backward_overrideable", convolution_backward);
+pub(crate) const OPS: &[Op] = &[
+    // Routed: the composite kernels of both only raise for backends other than CPU/CUDA.
+    op("convolution_overrideable", convolution).routed(&["convolution_overrideable"]),
+    op("convolution_backward_overrideable", convolution_backward).routed(&["convolution_backward_overrideable"]),
     // The same ops under the names torch.compile graphs use.
-    r.add("convolution", convolution);
-    r.add("convolution_backward", convolution_backward);
-}
+    op("convolution", convolution),
+    op("convolution_backward", convolution_backward),
+];
 
 /// The dtype a convolution accumulates in: f32 for 16-bit floats.
 fn acc_dtype(d: DType) -> DType {

@@ -10,16 +10,16 @@ use crate::blocks::round16::round_to;
 use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{CmpDir, ScatterDims, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // p decides which norm the program computes, so float arguments are compiled in.
-    r.add_specialized("_cdist_forward", cdist_forward);
-    r.add_specialized("_cdist_backward", cdist_backward);
-    r.add_specialized("_pdist_forward", pdist_forward);
-    r.add_specialized("_pdist_backward", pdist_backward);
-}
+    op("_cdist_forward", cdist_forward).specialized(),
+    op("_cdist_backward", cdist_backward).specialized(),
+    op("_pdist_forward", pdist_forward).specialized(),
+    op("_pdist_backward", pdist_backward).specialized(),
+];
 
 /// The value of a `float` argument (compiled in: these ops are specialized).
 fn float_arg(args: &Args, name: &str) -> Result<f64> {

@@ -7,91 +7,89 @@ use crate::blocks::type_names::meta_name;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::{Result, TorchError};
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op, ops};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("add", add);
-    r.add("sub", sub);
-    r.add("rsub", rsub);
-    r.add("mul", mul);
-    r.add("div", div);
-    r.add("true_divide", div);
-    r.add("floor_divide", floor_divide);
-    r.add("remainder", remainder);
-    r.add("fmod", fmod);
-    r.add("pow", pow);
-    r.add("maximum", maximum);
-    r.add("minimum", minimum);
-    r.add("atan2", atan2);
-    r.add("eq", |cx, a| compare(cx, a, CmpDir::Eq));
-    r.add("ne", |cx, a| compare(cx, a, CmpDir::Ne));
-    r.add("lt", |cx, a| compare(cx, a, CmpDir::Lt));
-    r.add("le", |cx, a| compare(cx, a, CmpDir::Le));
-    r.add("gt", |cx, a| compare(cx, a, CmpDir::Gt));
-    r.add("ge", |cx, a| compare(cx, a, CmpDir::Ge));
-    r.add("logical_and", |cx, a| logical(cx, a, Cx::and_));
-    r.add("logical_or", |cx, a| logical(cx, a, Cx::or_));
-    r.add("logical_xor", |cx, a| logical(cx, a, Cx::xor_));
-    r.add("logical_not", logical_not);
-    r.add("bitwise_and", |cx, a| bitwise(cx, a, Cx::and_));
-    r.add("bitwise_or", |cx, a| bitwise(cx, a, Cx::or_));
-    r.add("bitwise_xor", |cx, a| bitwise(cx, a, Cx::xor_));
-    r.add("bitwise_not", bitwise_not);
-    r.add("neg", neg);
-    r.add("abs", abs);
-    r.add("sign", sign);
-    r.add("sgn", sign);
-    r.add("where", where_);
-    r.add("clamp", clamp);
-    r.add("clip", clamp);
-    r.add("clamp_min", clamp_min);
-    r.add("clamp_max", clamp_max);
-    r.add("masked_fill", masked_fill);
-    r.add("_add_relu", add_relu);
-    r.add("sigmoid", |cx, a| float_unary(cx, a, |cx, x| cx.logistic(x)));
-    r.add("tanh", |cx, a| float_unary(cx, a, |cx, x| cx.tanh(x)));
-    r.add("exp", |cx, a| float_unary(cx, a, |cx, x| cx.exp(x)));
-    r.add("exp2", |cx, a| float_unary(cx, a, |cx, x| cx.exp2(x)));
-    r.add("expm1", |cx, a| float_unary(cx, a, |cx, x| cx.expm1(x)));
-    r.add("log", |cx, a| float_unary(cx, a, |cx, x| cx.log(x)));
-    r.add("log1p", |cx, a| float_unary(cx, a, |cx, x| cx.log1p(x)));
-    r.add("log2", |cx, a| float_unary(cx, a, |cx, x| log_base(cx, x, 2.0)));
-    r.add("log10", |cx, a| float_unary(cx, a, |cx, x| log_base(cx, x, 10.0)));
-    r.add("sqrt", |cx, a| float_unary(cx, a, |cx, x| cx.sqrt(x)));
-    r.add("rsqrt", |cx, a| float_unary(cx, a, |cx, x| cx.rsqrt(x)));
-    r.add("reciprocal", |cx, a| {
+pub(crate) const OPS: &[Op] = &[
+    op("add", add),
+    op("sub", sub),
+    op("rsub", rsub),
+    op("mul", mul),
+    op("div", div),
+    op("true_divide", div),
+    op("floor_divide", floor_divide),
+    op("remainder", remainder),
+    op("fmod", fmod),
+    op("pow", pow),
+    op("maximum", maximum),
+    op("minimum", minimum),
+    op("atan2", atan2),
+    op("eq", |cx, a| compare(cx, a, CmpDir::Eq)),
+    op("ne", |cx, a| compare(cx, a, CmpDir::Ne)),
+    op("lt", |cx, a| compare(cx, a, CmpDir::Lt)),
+    op("le", |cx, a| compare(cx, a, CmpDir::Le)),
+    op("gt", |cx, a| compare(cx, a, CmpDir::Gt)),
+    op("ge", |cx, a| compare(cx, a, CmpDir::Ge)),
+    op("logical_and", |cx, a| logical(cx, a, Cx::and_)),
+    op("logical_or", |cx, a| logical(cx, a, Cx::or_)),
+    op("logical_xor", |cx, a| logical(cx, a, Cx::xor_)),
+    op("logical_not", logical_not),
+    op("bitwise_and", |cx, a| bitwise(cx, a, Cx::and_)),
+    op("bitwise_or", |cx, a| bitwise(cx, a, Cx::or_)),
+    op("bitwise_xor", |cx, a| bitwise(cx, a, Cx::xor_)),
+    op("bitwise_not", bitwise_not),
+    op("neg", neg),
+    op("abs", abs),
+    op("sign", sign),
+    op("sgn", sign),
+    op("where", where_),
+    op("clamp", clamp),
+    op("clip", clamp),
+    op("clamp_min", clamp_min),
+    op("clamp_max", clamp_max),
+    op("masked_fill", masked_fill),
+    op("_add_relu", add_relu),
+    op("sigmoid", |cx, a| float_unary(cx, a, |cx, x| cx.logistic(x))),
+    op("tanh", |cx, a| float_unary(cx, a, |cx, x| cx.tanh(x))),
+    op("exp", |cx, a| float_unary(cx, a, |cx, x| cx.exp(x))),
+    op("exp2", |cx, a| float_unary(cx, a, |cx, x| cx.exp2(x))),
+    op("expm1", |cx, a| float_unary(cx, a, |cx, x| cx.expm1(x))),
+    op("log", |cx, a| float_unary(cx, a, |cx, x| cx.log(x))),
+    op("log1p", |cx, a| float_unary(cx, a, |cx, x| cx.log1p(x))),
+    op("log2", |cx, a| float_unary(cx, a, |cx, x| log_base(cx, x, 2.0))),
+    op("log10", |cx, a| float_unary(cx, a, |cx, x| log_base(cx, x, 10.0))),
+    op("sqrt", |cx, a| float_unary(cx, a, |cx, x| cx.sqrt(x))),
+    op("rsqrt", |cx, a| float_unary(cx, a, |cx, x| cx.rsqrt(x))),
+    op("reciprocal", |cx, a| {
         float_unary(cx, a, |cx, x| {
             let one = cx.full(1.0, cx.dtype(x), &cx.dims(x));
             cx.div(one, x)
         })
-    });
-    r.add("sin", |cx, a| float_unary(cx, a, |cx, x| cx.sin(x)));
-    r.add("cos", |cx, a| float_unary(cx, a, |cx, x| cx.cos(x)));
-    r.add("tan", |cx, a| float_unary(cx, a, |cx, x| cx.tan(x)));
-    for name in ["asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "digamma"] {
-        r.add(name, chlo_unary);
-    }
-    r.add("floor", |cx, a| rounding(cx, a, |cx, x| cx.floor(x)));
-    r.add("ceil", |cx, a| rounding(cx, a, |cx, x| cx.ceil(x)));
-    r.add("round", round);
-    r.add("trunc", |cx, a| rounding(cx, a, trunc_value));
-    r.add("fix", |cx, a| rounding(cx, a, trunc_value));
-    r.add("frac", |cx, a| {
+    }),
+    op("sin", |cx, a| float_unary(cx, a, |cx, x| cx.sin(x))),
+    op("cos", |cx, a| float_unary(cx, a, |cx, x| cx.cos(x))),
+    op("tan", |cx, a| float_unary(cx, a, |cx, x| cx.tan(x))),
+    ops(&["asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "digamma"], chlo_unary),
+    op("floor", |cx, a| rounding(cx, a, |cx, x| cx.floor(x))),
+    op("ceil", |cx, a| rounding(cx, a, |cx, x| cx.ceil(x))),
+    op("round", round),
+    op("trunc", |cx, a| rounding(cx, a, trunc_value)),
+    op("fix", |cx, a| rounding(cx, a, trunc_value)),
+    op("frac", |cx, a| {
         float_only(cx, a, |cx, x| {
             let t = trunc_value(cx, x);
             cx.sub(x, t)
         })
-    });
-    r.add("conj_physical", conj_physical);
-    r.add("equal", equal);
-    r.add("_conj_physical", conj_physical);
-    r.add("isnan", |cx, a| {
+    }),
+    op("conj_physical", conj_physical),
+    op("equal", equal),
+    op("_conj_physical", conj_physical),
+    op("isnan", |cx, a| {
         let x = a.tensor("self")?;
         let out = if x.dtype.is_float() { cx.compare(CmpDir::Ne, x.v, x.v) } else { cx.full(0.0, DType::Bool, &cx.dims(x.v)) };
         one(out)
-    });
-    r.add("isinf", |cx, a| {
+    }),
+    op("isinf", |cx, a| {
         let x = a.tensor("self")?;
         let dims = cx.dims(x.v);
         if !x.dtype.is_float() {
@@ -100,15 +98,15 @@ pub fn register(r: &mut Registry) {
         let ax = cx.abs(x.v);
         let inf = cx.full(f64::INFINITY, x.dtype, &dims);
         one(cx.compare(CmpDir::Eq, ax, inf))
-    });
-    r.add("isposinf", |cx, a| is_signed_inf(cx, a, f64::INFINITY));
-    r.add("isneginf", |cx, a| is_signed_inf(cx, a, f64::NEG_INFINITY));
-    r.add("isfinite", |cx, a| {
+    }),
+    op("isposinf", |cx, a| is_signed_inf(cx, a, f64::INFINITY)),
+    op("isneginf", |cx, a| is_signed_inf(cx, a, f64::NEG_INFINITY)),
+    op("isfinite", |cx, a| {
         let x = a.tensor("self")?;
         let out = if x.dtype.is_float() { cx.is_finite(x.v) } else { cx.full(1.0, DType::Bool, &cx.dims(x.v)) };
         one(out)
-    });
-}
+    }),
+];
 
 // ---- helpers --------------------------------------------------------------------------------
 

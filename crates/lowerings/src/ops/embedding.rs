@@ -7,19 +7,19 @@ use crate::blocks::type_names::tensor_type_name;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("embedding", embedding);
-    r.add("embedding_dense_backward", embedding_dense_backward);
-    r.add_specialized("embedding_renorm", embedding_renorm);
-    r.add("_embedding_bag", embedding_bag);
-    r.add("_embedding_bag_forward_only", embedding_bag);
-    r.add("_embedding_bag_backward", embedding_bag_backward);
-    r.add("_embedding_bag_dense_backward", embedding_bag_backward);
-    r.add("_embedding_bag_per_sample_weights_backward", embedding_bag_psw_backward);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("embedding", embedding),
+    op("embedding_dense_backward", embedding_dense_backward),
+    op("embedding_renorm", embedding_renorm).specialized(),
+    op("_embedding_bag", embedding_bag),
+    op("_embedding_bag_forward_only", embedding_bag),
+    op("_embedding_bag_backward", embedding_bag_backward),
+    op("_embedding_bag_dense_backward", embedding_bag_backward),
+    op("_embedding_bag_per_sample_weights_backward", embedding_bag_psw_backward),
+];
 
 // ---- embedding ------------------------------------------------------------------------------------
 

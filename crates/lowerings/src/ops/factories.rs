@@ -8,41 +8,42 @@ use crate::blocks::rng::uniform01;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("fill", fill);
-    r.add("zero", zero);
-    r.add("copy", copy);
-    r.add("clone", clone);
-    r.add("_to_copy", to_copy);
-    r.add_specialized("arange", arange);
-    r.add_specialized("linspace", linspace);
-    r.add_specialized("range", range);
-    r.add("_make_dep_token", make_dep_token);
+pub(crate) const OPS: &[Op] = &[
+    op("fill", fill),
+    op("zero", zero),
+    op("copy", copy).host_tensors(),
+    op("clone", clone),
+    op("_to_copy", to_copy).host_tensors(),
+    op("arange", arange).specialized(),
+    op("linspace", linspace).specialized(),
+    // Routed: range.out_'s composite calls the CPU kernel range_out, which writes through data_ptr.
+    op("range", range).specialized().routed(&["range.out_"]),
+    op("_make_dep_token", make_dep_token),
     // Their float arguments are validated (std >= 0, 0 <= p <= 1), so their values are part of
     // the cache key: a cached program must never skip a check.
-    r.add_specialized("uniform", uniform);
-    r.add_specialized("normal", normal);
-    r.add_specialized("bernoulli", bernoulli);
-    r.add("random", random);
+    op("uniform", uniform).specialized(),
+    op("normal", normal).specialized(),
+    op("bernoulli", bernoulli).specialized(),
+    op("random", random),
     // The values are computed on the host from start, end and base.
-    r.add_specialized("logspace", logspace);
-    r.add("full", full);
-    r.add("empty", zeros_of_size);
-    r.add("zeros", zeros_of_size);
-    r.add("empty_permuted", zeros_of_size);
-    r.add("empty_strided", zeros_of_size);
-    r.add("new_empty", new_zeros);
-    r.add("new_zeros", new_zeros);
-    r.add("new_empty_strided", new_zeros);
-    r.add("scalar_tensor", scalar_tensor);
-    r.add("full_like", full_like);
-    r.add("zeros_like", |cx, a| like(cx, a, 0.0));
-    r.add("ones_like", |cx, a| like(cx, a, 1.0));
-    r.add("empty_like", |cx, a| like(cx, a, 0.0));
-}
+    op("logspace", logspace).specialized(),
+    op("full", full),
+    op("empty", zeros_of_size),
+    op("zeros", zeros_of_size),
+    op("empty_permuted", zeros_of_size),
+    op("empty_strided", zeros_of_size),
+    op("new_empty", new_zeros),
+    op("new_zeros", new_zeros),
+    op("new_empty_strided", new_zeros),
+    op("scalar_tensor", scalar_tensor),
+    op("full_like", full_like),
+    op("zeros_like", |cx, a| like(cx, a, 0.0)),
+    op("ones_like", |cx, a| like(cx, a, 1.0)),
+    op("empty_like", |cx, a| like(cx, a, 0.0)),
+];
 
 /// The tensor whose shape and dtype a filling op produces: `self`, or `out` for out= forms.
 fn target(args: &Args) -> Result<Tensor> {

@@ -12,14 +12,14 @@ use crate::args::Args;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("_fft_r2c", fft_r2c);
-    r.add("_fft_c2r", fft_c2r);
-    r.add("_fft_c2c", fft_c2c);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("_fft_r2c", fft_r2c),
+    op("_fft_c2r", fft_c2r),
+    op("_fft_c2c", fft_c2c),
+];
 
 /// The kinds of stablehlo.fft.
 #[derive(Copy, Clone, PartialEq)]

@@ -9,7 +9,7 @@ use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use std::sync::atomic::{AtomicBool, Ordering};
 use stablehlo::{CmpDir, Value};
 
@@ -20,9 +20,10 @@ pub fn set_ragged_dot(supported: bool) {
     RAGGED_DOT.store(supported, Ordering::Relaxed);
 }
 
-pub fn register(r: &mut Registry) {
-    r.add("_grouped_mm", grouped_mm);
-}
+pub(crate) const OPS: &[Op] = &[
+    // Routed: its composite runs one product per group after reading the offsets on the host.
+    op("_grouped_mm", grouped_mm).routed(&["_grouped_mm"]),
+];
 
 /// Group sizes from group ends: [e0, e1 - e0, e2 - e1, ...].
 fn group_sizes(cx: &mut Cx, offs: Value) -> Value {

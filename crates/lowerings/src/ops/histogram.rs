@@ -6,18 +6,18 @@ use crate::blocks::gather::{numel, scatter_along, size, Combine};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add_sized("bincount", bincount_size, bincount);
-    r.add_specialized("histc", histc);
+pub(crate) const OPS: &[Op] = &[
+    op("bincount", bincount).sized(bincount_size),
+    op("histc", histc).specialized(),
     // Without a range, the bin edges come from the data: the size programs check it is finite.
-    r.add_sized("histogram", |cx, a| histogram_check(cx, a, true), histogram);
-    r.add_sized("_histogramdd_bin_edges", |cx, a| histogram_check(cx, a, false), histogramdd_bin_edges);
-    r.add_sized("_histogramdd_from_bin_cts", |cx, a| histogram_check(cx, a, false), histogramdd_from_bin_cts);
-    r.add("_histogramdd_from_bin_tensors", histogramdd_from_bin_tensors);
-}
+    op("histogram", histogram).sized(|cx, a| histogram_check(cx, a, true)),
+    op("_histogramdd_bin_edges", histogramdd_bin_edges).sized(|cx, a| histogram_check(cx, a, false)),
+    op("_histogramdd_from_bin_cts", histogramdd_from_bin_cts).sized(|cx, a| histogram_check(cx, a, false)),
+    op("_histogramdd_from_bin_tensors", histogramdd_from_bin_tensors),
+];
 
 // ---- bincount -----------------------------------------------------------------------------------
 

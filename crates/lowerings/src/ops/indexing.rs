@@ -15,29 +15,30 @@ use crate::blocks::type_names::shape_str;
 use crate::cx::{broadcast_shapes, wrap_dim, Bound, Cx};
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("index_select", index_select);
-    r.add("gather", gather);
-    r.add("scatter", scatter);
-    r.add("scatter_add", scatter_add);
-    r.add("scatter_reduce", scatter_reduce);
-    r.add("index", index);
-    r.add("_unsafe_index", index);
-    r.add("index_put", index_put);
-    r.add("_index_put_impl", index_put);
-    r.add("_unsafe_index_put", index_put);
+pub(crate) const OPS: &[Op] = &[
+    op("index_select", index_select),
+    op("gather", gather),
+    op("scatter", scatter),
+    op("scatter_add", scatter_add),
+    op("scatter_reduce", scatter_reduce),
+    // x[mask] keeps its composite: it sizes the output by counting the mask; the lowering reads it.
+    op("index", index).host_tensors().keep_composite(&["index.Tensor"]),
+    op("_unsafe_index", index),
+    op("index_put", index_put).host_tensors(),
+    op("_index_put_impl", index_put).host_tensors(),
+    op("_unsafe_index_put", index_put),
     // Specialized: PyTorch's message for a bad index depends on whether alpha is 1.
-    r.add_specialized("index_add", index_add);
-    r.add("index_copy", index_copy);
-    r.add("index_fill", index_fill);
-    r.add("index_reduce", index_reduce);
-    r.add("masked_scatter", masked_scatter);
-    r.add("take", take);
-    r.add("put", put);
-}
+    op("index_add", index_add).specialized(),
+    op("index_copy", index_copy),
+    op("index_fill", index_fill),
+    op("index_reduce", index_reduce),
+    op("masked_scatter", masked_scatter),
+    op("take", take),
+    op("put", put),
+];
 
 // ---- shared helpers ---------------------------------------------------------------------------
 

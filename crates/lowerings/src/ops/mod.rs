@@ -11,6 +11,7 @@ pub(crate) mod factories;
 pub(crate) mod fft;
 pub(crate) mod grouped_mm;
 pub(crate) mod histogram;
+pub(crate) mod host_memory;
 pub(crate) mod indexing;
 pub(crate) mod linalg;
 pub(crate) mod losses;

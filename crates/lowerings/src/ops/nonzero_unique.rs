@@ -8,20 +8,20 @@ use crate::blocks::reduce::sort_with_positions;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("nonzero_static", nonzero_static);
-    r.add("count_nonzero", count_nonzero);
-    r.add_sized("nonzero", nonzero_size, nonzero);
-    r.add_sized("masked_select", masked_select_size, masked_select);
-    r.add_sized("_unique2", unique_size, unique2);
-    r.add_sized("_unique", unique_size, unique1);
-    r.add_sized("unique_consecutive", unique_consecutive_size, unique_consecutive);
-    r.add_sized("unique_dim", unique_dim_size, unique_dim);
-    r.add_sized("unique_dim_consecutive", unique_consecutive_size, unique_consecutive);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("nonzero_static", nonzero_static),
+    op("count_nonzero", count_nonzero),
+    op("nonzero", nonzero).sized(nonzero_size),
+    op("masked_select", masked_select).sized(masked_select_size),
+    op("_unique2", unique2).sized(unique_size),
+    op("_unique", unique1).sized(unique_size),
+    op("unique_consecutive", unique_consecutive).sized(unique_consecutive_size),
+    op("unique_dim", unique_dim).sized(unique_dim_size),
+    op("unique_dim_consecutive", unique_consecutive).sized(unique_consecutive_size),
+];
 
 // ---- data-dependent sizes -------------------------------------------------------------------------
 

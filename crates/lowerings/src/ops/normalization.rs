@@ -14,26 +14,28 @@ use crate::blocks::type_names::check_scalar_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, Out, Registry};
+use crate::{bail, check, Out, op, Op};
 use stablehlo::Value;
 
-pub fn register(r: &mut Registry) {
-    r.add_writing("native_batch_norm", &["running_mean", "running_var"], native_batch_norm);
-    r.add("_native_batch_norm_legit", native_batch_norm_legit);
-    r.add("_native_batch_norm_legit_functional", native_batch_norm_legit_functional);
-    r.add("_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training);
-    r.add("native_layer_norm", native_layer_norm);
-    r.add("native_batch_norm_backward", native_batch_norm_backward);
-    r.add("native_layer_norm_backward", native_layer_norm_backward);
-    r.add_writing("batch_norm_update_stats", &["running_mean", "running_var"], batch_norm_update_stats);
-    r.add("_weight_norm_interface", weight_norm_interface);
-    r.add("_weight_norm_interface_backward", weight_norm_interface_backward);
-    r.add("native_group_norm", native_group_norm);
-    r.add("native_group_norm_backward", native_group_norm_backward);
-    r.add("_batch_norm_with_update", batch_norm_with_update);
-    r.add("_batch_norm_with_update_functional", batch_norm_with_update_functional);
-    r.add("batch_norm_backward", batch_norm_backward);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("native_batch_norm", native_batch_norm).writes(&["running_mean", "running_var"]),
+    op("_native_batch_norm_legit", native_batch_norm_legit),
+    op("_native_batch_norm_legit_functional", native_batch_norm_legit_functional),
+    op("_native_batch_norm_legit_no_training", native_batch_norm_legit_no_training),
+    // Routed: its composite would run several programs, rounding twice in 16-bit floats.
+    op("native_layer_norm", native_layer_norm).routed(&["native_layer_norm"]),
+    op("native_batch_norm_backward", native_batch_norm_backward),
+    op("native_layer_norm_backward", native_layer_norm_backward),
+    op("batch_norm_update_stats", batch_norm_update_stats).writes(&["running_mean", "running_var"]),
+    op("_weight_norm_interface", weight_norm_interface),
+    op("_weight_norm_interface_backward", weight_norm_interface_backward),
+    // Routed: its composite (math_group_norm) computes 16-bit statistics in 16 bits.
+    op("native_group_norm", native_group_norm).routed(&["native_group_norm"]),
+    op("native_group_norm_backward", native_group_norm_backward),
+    op("_batch_norm_with_update", batch_norm_with_update),
+    op("_batch_norm_with_update_functional", batch_norm_with_update_functional),
+    op("batch_norm_backward", batch_norm_backward),
+];
 
 // ---- helpers ----------------------------------------------------------------------------------
 

@@ -6,25 +6,24 @@ use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op, ops};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("lerp", lerp);
-    r.add("addcmul", addcmul);
-    r.add("addcdiv", addcdiv);
-    for name in FOREACH {
-        r.add(name, foreach);
-    }
+pub(crate) const OPS: &[Op] = &[
+    op("lerp", lerp),
+    op("addcmul", addcmul),
+    op("addcdiv", addcdiv),
+    // List ops: one program per list instead of PyTorch's loop of one op per tensor.
+    ops(FOREACH, foreach).list_op(),
     // Its base (linalg_vector_norm) decides the program's structure from `ord`.
-    r.add_specialized("_foreach_norm", foreach);
-    r.add("_fused_adam", fused_adam);
-    r.add("_fused_adamw", fused_adam);
-    r.add("_fused_sgd", fused_sgd);
-    r.add("_fused_adagrad", fused_adagrad);
-    r.add("_amp_foreach_non_finite_check_and_unscale", amp_unscale);
-    r.add("_amp_update_scale", amp_update_scale);
-}
+    op("_foreach_norm", foreach).specialized().list_op(),
+    op("_fused_adam", fused_adam),
+    op("_fused_adamw", fused_adam),
+    op("_fused_sgd", fused_sgd),
+    op("_fused_adagrad", fused_adagrad),
+    op("_amp_foreach_non_finite_check_and_unscale", amp_unscale),
+    op("_amp_update_scale", amp_update_scale),
+];
 
 // ---- lerp, addcmul, addcdiv -----------------------------------------------------------------
 

@@ -10,28 +10,28 @@ use crate::blocks::reduce::{acc_type, keep, opt_dtype, reduce, reduce_dims, sort
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("nansum", nansum);
-    r.add("median", |cx, a| median(cx, a, false));
-    r.add("nanmedian", |cx, a| median(cx, a, true));
-    r.add("kthvalue", kthvalue);
-    r.add("mode", mode);
-    r.add("aminmax", aminmax);
+pub(crate) const OPS: &[Op] = &[
+    op("nansum", nansum),
+    op("median", |cx, a| median(cx, a, false)),
+    op("nanmedian", |cx, a| median(cx, a, true)),
+    op("kthvalue", kthvalue),
+    op("mode", mode),
+    op("aminmax", aminmax),
     // The older names (_aminmax(self) and _aminmax.dim(self, dim, keepdim)) compute the same.
-    r.add("_aminmax", aminmax);
-    r.add("_cummax_helper", |cx, a| cummax_cummin(cx, a, true));
-    r.add("_cummin_helper", |cx, a| cummax_cummin(cx, a, false));
+    op("_aminmax", aminmax),
+    op("_cummax_helper", |cx, a| cummax_cummin(cx, a, true)),
+    op("_cummin_helper", |cx, a| cummax_cummin(cx, a, false)),
     // The functional forms (compiled graphs keep them; eager goes through the helpers).
-    r.add("cummax", |cx, a| cummax_cummin(cx, a, true));
-    r.add("cummin", |cx, a| cummax_cummin(cx, a, false));
-    r.add("_logcumsumexp", logcumsumexp);
-    r.add("logcumsumexp", logcumsumexp);
+    op("cummax", |cx, a| cummax_cummin(cx, a, true)),
+    op("cummin", |cx, a| cummax_cummin(cx, a, false)),
+    op("_logcumsumexp", logcumsumexp),
+    op("logcumsumexp", logcumsumexp),
     // p and maxnorm are validated, and p decides the norm's form.
-    r.add_specialized("renorm", renorm);
-}
+    op("renorm", renorm).specialized(),
+];
 
 // ---- helpers ----------------------------------------------------------------------------------
 

@@ -13,24 +13,24 @@ use crate::blocks::loops::{loop_more, next_count};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{Builder, CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // Their float parameters are validated (lambda > 0, 0 < p < 1, ...), so their values are
     // compiled in: a cached program must never skip a check.
-    r.add_specialized("exponential", exponential);
-    r.add_specialized("geometric", geometric);
-    r.add_specialized("log_normal", log_normal);
-    r.add_specialized("cauchy", cauchy);
-    r.add("poisson", poisson);
-    r.add("multinomial", multinomial);
-    r.add("randperm", randperm);
-    r.add("_standard_gamma", standard_gamma);
-    r.add("_sample_dirichlet", sample_dirichlet);
-    r.add("_standard_gamma_grad", standard_gamma_grad);
-    r.add("_dirichlet_grad", dirichlet_grad);
-}
+    op("exponential", exponential).specialized(),
+    op("geometric", geometric).specialized(),
+    op("log_normal", log_normal).specialized(),
+    op("cauchy", cauchy).specialized(),
+    op("poisson", poisson),
+    op("multinomial", multinomial),
+    op("randperm", randperm),
+    op("_standard_gamma", standard_gamma),
+    op("_sample_dirichlet", sample_dirichlet),
+    op("_standard_gamma_grad", standard_gamma_grad),
+    op("_dirichlet_grad", dirichlet_grad),
+];
 
 /// The most rounds a rejection sampler runs (each accepts with probability well above 1/2,
 /// so this bound is never reached by valid parameters; it guards against endless loops).

@@ -13,15 +13,15 @@ use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, Out, Registry};
+use crate::{bail, check, Out, op, Op};
 use stablehlo::Value;
 
-pub fn register(r: &mut Registry) {
-    r.add("_thnn_fused_lstm_cell", fused_lstm_cell);
-    r.add("_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward_impl);
-    r.add("_thnn_fused_gru_cell", fused_gru_cell);
-    r.add("_thnn_fused_gru_cell_backward", fused_gru_cell_backward);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("_thnn_fused_lstm_cell", fused_lstm_cell),
+    op("_thnn_fused_lstm_cell_backward_impl", fused_lstm_cell_backward_impl),
+    op("_thnn_fused_gru_cell", fused_gru_cell),
+    op("_thnn_fused_gru_cell_backward", fused_gru_cell_backward),
+];
 
 /// An argument as PyTorch's TensorArg prints it in check messages.
 fn arg_name(pos: usize, name: &str) -> String {

@@ -11,38 +11,39 @@ use crate::blocks::type_names::meta_name;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{promote, result_type, DType};
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{Builder, CmpDir, ElemType, GatherDims, ScatterDims, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("sum", sum);
-    r.add("mean", mean);
-    r.add("prod", prod);
-    r.add("amax", |cx, a| amax_amin(cx, a, true));
-    r.add("amin", |cx, a| amax_amin(cx, a, false));
-    r.add("max", |cx, a| max_min(cx, a, true));
-    r.add("min", |cx, a| max_min(cx, a, false));
-    r.add("argmax", |cx, a| argmax_argmin(cx, a, true));
-    r.add("argmin", |cx, a| argmax_argmin(cx, a, false));
-    r.add("var", |cx, a| var_std(cx, a, false, false));
-    r.add("std", |cx, a| var_std(cx, a, true, false));
-    r.add("var_mean", |cx, a| var_std(cx, a, false, true));
-    r.add("std_mean", |cx, a| var_std(cx, a, true, true));
-    r.add("any", |cx, a| any_all(cx, a, true));
-    r.add("all", |cx, a| any_all(cx, a, false));
-    r.add("logsumexp", logsumexp);
-    r.add_specialized("linalg_vector_norm", linalg_vector_norm);
-    r.add_specialized("norm", norm);
-    r.add("cumsum", |cx, a| cumulative(cx, a, Red::Sum));
-    r.add("cumprod", |cx, a| cumulative(cx, a, Red::Prod));
-    r.add("sort", sort);
-    r.add("argsort", argsort);
-    r.add("topk", topk);
-    r.add("hash_tensor", hash_tensor);
+pub(crate) const OPS: &[Op] = &[
+    op("sum", sum),
+    op("mean", mean),
+    op("prod", prod),
+    op("amax", |cx, a| amax_amin(cx, a, true)),
+    op("amin", |cx, a| amax_amin(cx, a, false)),
+    op("max", |cx, a| max_min(cx, a, true)),
+    op("min", |cx, a| max_min(cx, a, false)),
+    op("argmax", |cx, a| argmax_argmin(cx, a, true)),
+    op("argmin", |cx, a| argmax_argmin(cx, a, false)),
+    op("var", |cx, a| var_std(cx, a, false, false)),
+    op("std", |cx, a| var_std(cx, a, true, false)),
+    op("var_mean", |cx, a| var_std(cx, a, false, true)),
+    op("std_mean", |cx, a| var_std(cx, a, true, true)),
+    op("any", |cx, a| any_all(cx, a, true)),
+    op("all", |cx, a| any_all(cx, a, false)),
+    // Routed: its composites would run several programs, rounding twice in 16-bit floats.
+    op("logsumexp", logsumexp).routed(&["logsumexp", "logsumexp.out"]),
+    op("linalg_vector_norm", linalg_vector_norm).specialized(),
+    op("norm", norm).specialized(),
+    op("cumsum", |cx, a| cumulative(cx, a, Red::Sum)),
+    op("cumprod", |cx, a| cumulative(cx, a, Red::Prod)),
+    op("sort", sort),
+    op("argsort", argsort),
+    op("topk", topk),
+    op("hash_tensor", hash_tensor),
     // The size program validates lengths (negative, wrong sums) unless `unsafe`.
-    r.add_sized("segment_reduce", segment_reduce_check, segment_reduce);
-    r.add("_segment_reduce_backward", segment_reduce_backward);
-}
+    op("segment_reduce", segment_reduce).sized(segment_reduce_check),
+    op("_segment_reduce_backward", segment_reduce_backward),
+];
 
 // ---- shared helpers ---------------------------------------------------------------------------
 

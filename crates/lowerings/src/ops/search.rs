@@ -7,14 +7,14 @@ use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::{DType, Rank};
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("searchsorted", searchsorted);
-    r.add("bucketize", bucketize);
-    r.add("isin", isin);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("searchsorted", searchsorted),
+    op("bucketize", bucketize),
+    op("isin", isin),
+];
 
 /// For each value, the insertion point in the rows of `seq` ([P, M] sorted along M; `vals` is
 /// [P, K]; or `seq` [M] and `vals` [K]): the first i with !(seq[i] < v) (left) or

@@ -6,28 +6,30 @@ use crate::blocks::gather::{count_all, cumsum_1d, nonzero_coords, scatter_along,
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{can_cast, promote, DType};
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("cat", cat);
-    r.add("narrow_copy", narrow_copy);
-    r.add("_chunk_cat", chunk_cat);
-    r.add("flip", flip);
-    r.add("roll", roll);
-    r.add("tril", |cx, a| triangle(cx, a, true));
-    r.add("triu", |cx, a| triangle(cx, a, false));
-    r.add("unfold_backward", unfold_backward);
-    r.add_sized("repeat_interleave", repeat_interleave_size, repeat_interleave);
-    r.add("tril_indices", |cx, a| triangle_indices(cx, a, true));
-    r.add("triu_indices", |cx, a| triangle_indices(cx, a, false));
-    r.add("channel_shuffle", channel_shuffle);
-    r.add("native_channel_shuffle", channel_shuffle);
-    r.add("slice_scatter", slice_scatter);
-    r.add("repeat", repeat);
-    r.add("constant_pad_nd", constant_pad_nd);
-    r.add("select_scatter", select_scatter);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("cat", cat),
+    op("narrow_copy", narrow_copy),
+    // Routed: its composites (FSDP2's gradient packing) pad and copy one tensor at a time, and
+    // read past a 0-d input's sizes.
+    op("_chunk_cat", chunk_cat).routed(&["_chunk_cat", "_chunk_cat.out"]),
+    op("flip", flip),
+    op("roll", roll),
+    op("tril", |cx, a| triangle(cx, a, true)),
+    op("triu", |cx, a| triangle(cx, a, false)),
+    op("unfold_backward", unfold_backward),
+    op("repeat_interleave", repeat_interleave).sized(repeat_interleave_size),
+    op("tril_indices", |cx, a| triangle_indices(cx, a, true)),
+    op("triu_indices", |cx, a| triangle_indices(cx, a, false)),
+    op("channel_shuffle", channel_shuffle),
+    op("native_channel_shuffle", channel_shuffle),
+    op("slice_scatter", slice_scatter),
+    op("repeat", repeat),
+    op("constant_pad_nd", constant_pad_nd),
+    op("select_scatter", select_scatter),
+];
 
 fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let ts = args.tensors("tensors")?;

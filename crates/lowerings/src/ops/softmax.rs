@@ -6,15 +6,15 @@ use crate::blocks::round16::is_16bit;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::Value;
 
-pub fn register(r: &mut Registry) {
-    r.add("_softmax", |cx, a| softmax(cx, a, false));
-    r.add("_log_softmax", |cx, a| softmax(cx, a, true));
-    r.add("_softmax_backward_data", |cx, a| softmax_backward(cx, a, false));
-    r.add("_log_softmax_backward_data", |cx, a| softmax_backward(cx, a, true));
-}
+pub(crate) const OPS: &[Op] = &[
+    op("_softmax", |cx, a| softmax(cx, a, false)),
+    op("_log_softmax", |cx, a| softmax(cx, a, true)),
+    op("_softmax_backward_data", |cx, a| softmax_backward(cx, a, false)),
+    op("_log_softmax_backward_data", |cx, a| softmax_backward(cx, a, true)),
+];
 
 // ---- softmax --------------------------------------------------------------------------------------
 

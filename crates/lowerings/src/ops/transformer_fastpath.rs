@@ -16,14 +16,14 @@ use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, Out, Registry};
+use crate::{bail, check, Out, op, Op};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("_native_multi_head_attention", native_multi_head_attention);
-    r.add("_transformer_encoder_layer_fwd", transformer_encoder_layer_fwd);
-    r.add("_nested_tensor_from_mask_left_aligned", nested_tensor_from_mask_left_aligned);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("_native_multi_head_attention", native_multi_head_attention),
+    op("_transformer_encoder_layer_fwd", transformer_encoder_layer_fwd),
+    op("_nested_tensor_from_mask_left_aligned", nested_tensor_from_mask_left_aligned),
+];
 
 fn dims_str(d: &[i64]) -> String {
     format!("[{}]", d.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))

@@ -5,28 +5,28 @@
 use crate::args::Args;
 use crate::cx::{wrap_dim, Cx};
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 
-pub fn register(r: &mut Registry) {
-    r.add("permute", permute);
-    r.add("view", view);
-    r.add("_unsafe_view", view);
-    r.add("reshape", view);
-    r.add("_reshape_alias", view);
-    r.add("expand", expand);
-    r.add("squeeze", squeeze);
-    r.add("unsqueeze", unsqueeze);
-    r.add("slice", slice);
-    r.add("select", select);
-    r.add("t", t);
-    r.add("transpose", transpose);
-    r.add("alias", identity);
-    r.add("detach", identity);
-    r.add("lift_fresh_copy", identity);
-    r.add("split_with_sizes", split_with_sizes);
-    r.add("split", split);
-    r.add("unbind", unbind);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("permute", permute),
+    op("view", view),
+    op("_unsafe_view", view),
+    op("reshape", view),
+    op("_reshape_alias", view),
+    op("expand", expand),
+    op("squeeze", squeeze),
+    op("unsqueeze", unsqueeze),
+    op("slice", slice),
+    op("select", select),
+    op("t", t),
+    op("transpose", transpose),
+    op("alias", identity),
+    op("detach", identity),
+    op("lift_fresh_copy", identity),
+    op("split_with_sizes", split_with_sizes),
+    op("split", split),
+    op("unbind", unbind),
+];
 
 fn pieces(cx: &mut Cx, v: stablehlo::Value, d: usize, sizes: &[i64]) -> Vec<stablehlo::Value> {
     let dims = cx.dims(v);

@@ -5,18 +5,18 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use super::{adjoint, any, any_over, batch_col, batch_entry, bcast, bcast0, bmm, broadcast_batch, check_float_or_complex, check_lapack_dtype, check_square, conj, diag, expand_batch, eye3, iota, mats, numel, splat, to_elem, tri, trsm, unflatten, I32, I64};
 use stablehlo::{Builder, CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("linalg_cholesky_ex", linalg_cholesky_ex);
-    r.add_sized("cholesky", cholesky_failure, cholesky);
-    r.add("cholesky_inverse", cholesky_inverse);
-    r.add("_cholesky_solve_helper", cholesky_solve_helper);
-    r.add("linalg_solve_triangular", linalg_solve_triangular);
-    r.add("triangular_solve", triangular_solve);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("linalg_cholesky_ex", linalg_cholesky_ex),
+    op("cholesky", cholesky).sized(cholesky_failure),
+    op("cholesky_inverse", cholesky_inverse),
+    op("_cholesky_solve_helper", cholesky_solve_helper),
+    op("linalg_solve_triangular", linalg_solve_triangular),
+    op("triangular_solve", triangular_solve),
+];
 
 // ---- Cholesky ---------------------------------------------------------------------------------
 

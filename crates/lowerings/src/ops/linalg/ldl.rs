@@ -5,16 +5,16 @@ use crate::args::Args;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 // cabs1 is LAPACK's name for the pivot magnitude (pivot_magnitude), |re| + |im|.
 use super::{any_over, bcast as bc, check_float_or_complex, check_lapack_dtype, check_square, conj as conj_of, first_argmax, flat_batch, from_lower, iota as idx, ispl, max as max_over, pick, pick_col, pick_row, pivot_magnitude as cabs1, splat as spl, sum as sum_over, swap_lines, to_elem as as_elem, with_batch, I64E};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // With check_errors, the size program finds the first failed factorization.
-    r.add_sized("linalg_ldl_factor_ex", ldl_factor_failure, linalg_ldl_factor_ex);
-    r.add("linalg_ldl_solve", linalg_ldl_solve);
-}
+    op("linalg_ldl_factor_ex", linalg_ldl_factor_ex).sized(ldl_factor_failure),
+    op("linalg_ldl_solve", linalg_ldl_solve),
+];
 
 /// Bunch-Kaufman's alpha = (1 + sqrt(17)) / 8 in the working precision.
 fn bk_alpha(e: ElemType) -> f64 {

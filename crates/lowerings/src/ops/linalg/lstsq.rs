@@ -3,14 +3,15 @@ use crate::args::Args;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, Out, Registry};
+use crate::{check, Out, op, Op};
 use super::eigen::jacobi::svd_batch;
 use super::{abs2, adjoint, bcast, bmm, broadcast_batch, check_lapack_dtype, eps, expand_batch, mats, max, splat, sum, to_elem, unflatten, I64};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("linalg_lstsq", linalg_lstsq);
-}
+pub(crate) const OPS: &[Op] = &[
+    // Routed: its composite resizes four empty out= tensors, one more than the shim's retries allow.
+    op("linalg_lstsq", linalg_lstsq).routed(&["linalg_lstsq"]),
+];
 
 /// linalg_lstsq(self=A, b, rcond, driver) -> (solution, residuals, rank, singular_values).
 /// The solution is the minimum-norm least-squares one from the SVD, with singular values at or

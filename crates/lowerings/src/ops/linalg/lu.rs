@@ -7,20 +7,20 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{adjoint, batch_col, batch_entry, bcast, bcast0, block, bmm, broadcast_batch, check_float_or_complex, check_lapack_dtype, check_matrix, check_square, diag, expand_batch, eye3, first_argmax, iota, lt_const, mats, numel, pivot_magnitude, prod, splat, sum, to_elem, tri, trsm, unflatten, I32, I64, Mats};
 use stablehlo::{Builder, CmpDir, ElemType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("linalg_lu_factor_ex", linalg_lu_factor_ex);
-    r.add("linalg_lu", linalg_lu);
-    r.add("lu_unpack", lu_unpack);
-    r.add("linalg_lu_solve", linalg_lu_solve);
-    r.add("_linalg_solve_ex", linalg_solve_ex);
-    r.add("linalg_inv_ex", linalg_inv_ex);
-    r.add("_linalg_det", linalg_det);
-    r.add("_linalg_slogdet", linalg_slogdet);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("linalg_lu_factor_ex", linalg_lu_factor_ex),
+    op("linalg_lu", linalg_lu),
+    op("lu_unpack", lu_unpack),
+    op("linalg_lu_solve", linalg_lu_solve),
+    op("_linalg_solve_ex", linalg_solve_ex),
+    op("linalg_inv_ex", linalg_inv_ex),
+    op("_linalg_det", linalg_det),
+    op("_linalg_slogdet", linalg_slogdet),
+];
 
 // ---- LU ---------------------------------------------------------------------------------------
 

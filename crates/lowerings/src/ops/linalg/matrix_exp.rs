@@ -4,13 +4,13 @@ use crate::args::Args;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{bcast, bcast0, bmm, check_float_or_complex, check_square, eye3, mats, max, splat, sum, to_elem, unflatten, I64};
 use stablehlo::{Builder, CmpDir, ElemType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("linalg_matrix_exp", linalg_matrix_exp);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("linalg_matrix_exp", linalg_matrix_exp),
+];
 
 /// sum_j c_j M_j over matrices of one shape, accumulated in order (PyTorch's
 /// _compute_linear_combination); the coefficients are rounded to the real type first.

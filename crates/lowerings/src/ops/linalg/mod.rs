@@ -17,14 +17,14 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 // The short names the LAPACK-step ports (ldl.rs, eigen/) give the builders here.
 use self::{bcast as bc, conj as conj_of, iota as idx, splat as spl, sum as sum_over, to_elem as as_elem};
 use stablehlo::{Builder, CmpDir, ElemType, Precision, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("eye", eye);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("eye", eye),
+];
 
 // ---- small builders on batches of matrices ----------------------------------------------------
 

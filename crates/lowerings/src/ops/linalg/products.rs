@@ -11,24 +11,24 @@ use crate::blocks::type_names::{check_scalar_type, cpp_type_name};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use super::numel;
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("mm", mm);
-    r.add("bmm", bmm);
-    r.add("dot", dot);
-    r.add("vdot", vdot);
-    r.add("mv", mv);
-    r.add("trace", trace);
+pub(crate) const OPS: &[Op] = &[
+    op("mm", mm),
+    op("bmm", bmm),
+    op("dot", dot),
+    op("vdot", vdot),
+    op("mv", mv),
+    op("trace", trace),
     // beta/alpha are compiled in: beta == 0 must ignore `self` (NaN included), like PyTorch.
-    r.add_specialized("addmm", addmm);
-    r.add_specialized("baddbmm", baddbmm);
-    r.add_specialized("addbmm", addbmm);
-    r.add_specialized("addmv", addmv);
-    r.add("linalg_cross", linalg_cross);
-}
+    op("addmm", addmm).specialized(),
+    op("baddbmm", baddbmm).specialized(),
+    op("addbmm", addbmm).specialized(),
+    op("addmv", addmv).specialized(),
+    op("linalg_cross", linalg_cross),
+];
 
 // ---- helpers ---------------------------------------------------------------------------------
 

@@ -4,16 +4,16 @@
 use crate::args::Args;
 use crate::cx::Cx;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{abs2, adjoint, batch_col, batch_entry, bcast, bcast0, block, broadcast_batch, check_float_or_complex, check_lapack_dtype, check_matrix, conj, expand_batch, eye3, iota, lt_const, mats, splat, sum, to_elem, tri, unflatten, I64};
 use stablehlo::{Builder, CmpDir, Precision, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("linalg_qr", linalg_qr);
-    r.add("geqrf", geqrf);
-    r.add("linalg_householder_product", linalg_householder_product);
-    r.add("ormqr", ormqr);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("linalg_qr", linalg_qr),
+    op("geqrf", geqrf),
+    op("linalg_householder_product", linalg_householder_product),
+    op("ormqr", ormqr),
+];
 
 // ---- QR ---------------------------------------------------------------------------------------
 

@@ -11,15 +11,15 @@ use crate::blocks::type_names::{check_float_kernel, check_scalar_type, tensor_ty
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // log_alpha's last dim is 2 * max(target_lengths) + 1: read from the data for the Tensor
     // overload by a size program (a constant one for the int[] overload).
-    r.add_sized("_ctc_loss", ctc_max_target_length, ctc_loss);
-    r.add("_ctc_loss_backward", ctc_loss_backward);
-}
+    op("_ctc_loss", ctc_loss).sized(ctc_max_target_length),
+    op("_ctc_loss_backward", ctc_loss_backward),
+];
 
 // ---- ctc_loss ---------------------------------------------------------------------------------------
 

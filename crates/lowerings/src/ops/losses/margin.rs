@@ -9,17 +9,17 @@ use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{reduction, Reduction};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // p (1 or 2) decides the program; margin is compiled in with it.
-    r.add_specialized("multi_margin_loss", multi_margin_loss);
-    r.add_specialized("multi_margin_loss_backward", multi_margin_loss_backward);
-    r.add("multilabel_margin_loss_forward", multilabel_margin_loss_forward);
-    r.add("multilabel_margin_loss_backward", multilabel_margin_loss_backward);
-}
+    op("multi_margin_loss", multi_margin_loss).specialized(),
+    op("multi_margin_loss_backward", multi_margin_loss_backward).specialized(),
+    op("multilabel_margin_loss_forward", multilabel_margin_loss_forward),
+    op("multilabel_margin_loss_backward", multilabel_margin_loss_backward),
+];
 
 // ---- multi_margin_loss ----------------------------------------------------------------------------
 

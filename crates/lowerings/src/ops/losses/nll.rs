@@ -7,16 +7,16 @@ use crate::blocks::reduce::{acc_type, reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{reduction, Reduction};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("nll_loss_forward", |cx, a| nll_loss_forward(cx, a, false));
-    r.add("nll_loss2d_forward", |cx, a| nll_loss_forward(cx, a, true));
-    r.add("nll_loss_backward", |cx, a| nll_loss_backward(cx, a, false));
-    r.add("nll_loss2d_backward", |cx, a| nll_loss_backward(cx, a, true));
-}
+pub(crate) const OPS: &[Op] = &[
+    op("nll_loss_forward", |cx, a| nll_loss_forward(cx, a, false)),
+    op("nll_loss2d_forward", |cx, a| nll_loss_forward(cx, a, true)),
+    op("nll_loss_backward", |cx, a| nll_loss_backward(cx, a, false)),
+    op("nll_loss2d_backward", |cx, a| nll_loss_backward(cx, a, true)),
+];
 
 // ---- nll_loss -----------------------------------------------------------------------------------
 

@@ -9,21 +9,21 @@ use crate::blocks::round16::round_to;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType};
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{apply_reduction, reduction, Reduction};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("mse_loss", mse_loss);
+pub(crate) const OPS: &[Op] = &[
+    op("mse_loss", mse_loss),
     // The threshold decides the program's shape (beta = 0 is plain L1) and is validated.
-    r.add_specialized("huber_loss", |cx, a| robust_loss(cx, a, false));
-    r.add_specialized("huber_loss_backward", |cx, a| robust_loss_backward(cx, a, false));
-    r.add_specialized("smooth_l1_loss", |cx, a| robust_loss(cx, a, true));
-    r.add_specialized("smooth_l1_loss_backward", |cx, a| robust_loss_backward(cx, a, true));
-    r.add("mse_loss_backward", mse_loss_backward);
-    r.add("binary_cross_entropy", binary_cross_entropy);
-    r.add("binary_cross_entropy_backward", binary_cross_entropy_backward);
-}
+    op("huber_loss", |cx, a| robust_loss(cx, a, false)).specialized(),
+    op("huber_loss_backward", |cx, a| robust_loss_backward(cx, a, false)).specialized(),
+    op("smooth_l1_loss", |cx, a| robust_loss(cx, a, true)).specialized(),
+    op("smooth_l1_loss_backward", |cx, a| robust_loss_backward(cx, a, true)).specialized(),
+    op("mse_loss_backward", mse_loss_backward),
+    op("binary_cross_entropy", binary_cross_entropy),
+    op("binary_cross_entropy_backward", binary_cross_entropy_backward),
+];
 
 // ---- mse_loss ------------------------------------------------------------------------------------
 

@@ -5,13 +5,13 @@ use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{div_floor, dtype_check, is_floating, product, take, take_transpose, zeros};
 
-pub fn register(r: &mut Registry) {
-    r.add("im2col", im2col);
-    r.add("col2im", col2im);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("im2col", im2col),
+    op("col2im", col2im),
+];
 
 // ---- im2col / col2im --------------------------------------------------------------------------
 

@@ -4,16 +4,16 @@ use crate::args::Args;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{dtype_check, is_floating, product, zeros, I64};
 use stablehlo::{CmpDir, GatherDims, ScatterDims, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("grid_sampler_2d", |cx, a| grid_sampler(cx, a, 2));
-    r.add("grid_sampler_3d", |cx, a| grid_sampler(cx, a, 3));
-    r.add("grid_sampler_2d_backward", |cx, a| grid_sampler_backward(cx, a, 2));
-    r.add("grid_sampler_3d_backward", |cx, a| grid_sampler_backward(cx, a, 3));
-}
+pub(crate) const OPS: &[Op] = &[
+    op("grid_sampler_2d", |cx, a| grid_sampler(cx, a, 2)),
+    op("grid_sampler_3d", |cx, a| grid_sampler(cx, a, 3)),
+    op("grid_sampler_2d_backward", |cx, a| grid_sampler_backward(cx, a, 2)),
+    op("grid_sampler_3d_backward", |cx, a| grid_sampler_backward(cx, a, 3)),
+];
 
 // ---- grid sampling ----------------------------------------------------------------------------
 

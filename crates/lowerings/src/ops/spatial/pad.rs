@@ -6,23 +6,23 @@ use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{dtype_check, product, take, take_transpose, zeros};
 
-pub fn register(r: &mut Registry) {
-    r.add("reflection_pad1d", |cx, a| pad(cx, a, 1, true));
-    r.add("reflection_pad2d", |cx, a| pad(cx, a, 2, true));
-    r.add("reflection_pad3d", |cx, a| pad(cx, a, 3, true));
-    r.add("replication_pad1d", |cx, a| pad(cx, a, 1, false));
-    r.add("replication_pad2d", |cx, a| pad(cx, a, 2, false));
-    r.add("replication_pad3d", |cx, a| pad(cx, a, 3, false));
-    r.add("reflection_pad1d_backward", |cx, a| pad_backward(cx, a, 1, true));
-    r.add("reflection_pad2d_backward", |cx, a| pad_backward(cx, a, 2, true));
-    r.add("reflection_pad3d_backward", |cx, a| pad_backward(cx, a, 3, true));
-    r.add("replication_pad1d_backward", |cx, a| pad_backward(cx, a, 1, false));
-    r.add("replication_pad2d_backward", |cx, a| pad_backward(cx, a, 2, false));
-    r.add("replication_pad3d_backward", |cx, a| pad_backward(cx, a, 3, false));
-}
+pub(crate) const OPS: &[Op] = &[
+    op("reflection_pad1d", |cx, a| pad(cx, a, 1, true)),
+    op("reflection_pad2d", |cx, a| pad(cx, a, 2, true)),
+    op("reflection_pad3d", |cx, a| pad(cx, a, 3, true)),
+    op("replication_pad1d", |cx, a| pad(cx, a, 1, false)),
+    op("replication_pad2d", |cx, a| pad(cx, a, 2, false)),
+    op("replication_pad3d", |cx, a| pad(cx, a, 3, false)),
+    op("reflection_pad1d_backward", |cx, a| pad_backward(cx, a, 1, true)),
+    op("reflection_pad2d_backward", |cx, a| pad_backward(cx, a, 2, true)),
+    op("reflection_pad3d_backward", |cx, a| pad_backward(cx, a, 3, true)),
+    op("replication_pad1d_backward", |cx, a| pad_backward(cx, a, 1, false)),
+    op("replication_pad2d_backward", |cx, a| pad_backward(cx, a, 2, false)),
+    op("replication_pad3d_backward", |cx, a| pad_backward(cx, a, 3, false)),
+];
 
 // ---- reflection / replication padding ---------------------------------------------------------
 

@@ -7,38 +7,38 @@ use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use super::{argmax_pair, check_grad_dtype, div_floor, dtype_check, ints_const, is_floating, lowest, plane_iota, plane_scatter, product, take, take_transpose, zeros, I64};
 use stablehlo::{CmpDir, GatherDims, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("max_pool2d_with_indices", |cx, a| max_pool(cx, a, 2));
-    r.add("max_pool3d_with_indices", |cx, a| max_pool(cx, a, 3));
-    r.add("max_pool2d_with_indices_backward", |cx, a| max_pool_backward(cx, a, 2));
-    r.add("max_pool3d_with_indices_backward", |cx, a| max_pool_backward(cx, a, 3));
-    r.add("avg_pool2d", |cx, a| avg_pool(cx, a, 2));
-    r.add("avg_pool3d", |cx, a| avg_pool(cx, a, 3));
-    r.add("avg_pool2d_backward", |cx, a| avg_pool_backward(cx, a, 2));
-    r.add("avg_pool3d_backward", |cx, a| avg_pool_backward(cx, a, 3));
-    r.add("_adaptive_avg_pool2d", |cx, a| adaptive_avg_pool(cx, a, 2));
-    r.add("_adaptive_avg_pool3d", |cx, a| adaptive_avg_pool(cx, a, 3));
+pub(crate) const OPS: &[Op] = &[
+    op("max_pool2d_with_indices", |cx, a| max_pool(cx, a, 2)),
+    op("max_pool3d_with_indices", |cx, a| max_pool(cx, a, 3)),
+    op("max_pool2d_with_indices_backward", |cx, a| max_pool_backward(cx, a, 2)),
+    op("max_pool3d_with_indices_backward", |cx, a| max_pool_backward(cx, a, 3)),
+    op("avg_pool2d", |cx, a| avg_pool(cx, a, 2)),
+    op("avg_pool3d", |cx, a| avg_pool(cx, a, 3)),
+    op("avg_pool2d_backward", |cx, a| avg_pool_backward(cx, a, 2)),
+    op("avg_pool3d_backward", |cx, a| avg_pool_backward(cx, a, 3)),
+    op("_adaptive_avg_pool2d", |cx, a| adaptive_avg_pool(cx, a, 2)),
+    op("_adaptive_avg_pool3d", |cx, a| adaptive_avg_pool(cx, a, 3)),
     // The out= forms (their functional forms are composites calling the underscored ops).
-    r.add("adaptive_avg_pool2d", |cx, a| adaptive_avg_pool(cx, a, 2));
-    r.add("adaptive_avg_pool3d", |cx, a| adaptive_avg_pool(cx, a, 3));
-    r.add("adaptive_avg_pool3d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 3));
-    r.add("_adaptive_avg_pool2d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 2));
-    r.add("_adaptive_avg_pool3d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 3));
-    r.add("adaptive_max_pool2d", |cx, a| adaptive_max_pool(cx, a, 2));
-    r.add("adaptive_max_pool3d", |cx, a| adaptive_max_pool(cx, a, 3));
-    r.add("adaptive_max_pool2d_backward", |cx, a| adaptive_max_pool_backward(cx, a, 2));
-    r.add("adaptive_max_pool3d_backward", |cx, a| adaptive_max_pool_backward(cx, a, 3));
-    r.add("fractional_max_pool2d", |cx, a| fractional_max_pool(cx, a, 2));
-    r.add("fractional_max_pool3d", |cx, a| fractional_max_pool(cx, a, 3));
-    r.add("fractional_max_pool2d_backward", |cx, a| fractional_max_pool_backward(cx, a, 2));
-    r.add("fractional_max_pool3d_backward", |cx, a| fractional_max_pool_backward(cx, a, 3));
-    r.add("max_unpool2d", |cx, a| max_unpool(cx, a, 2));
-    r.add("max_unpool3d", |cx, a| max_unpool(cx, a, 3));
-}
+    op("adaptive_avg_pool2d", |cx, a| adaptive_avg_pool(cx, a, 2)),
+    op("adaptive_avg_pool3d", |cx, a| adaptive_avg_pool(cx, a, 3)),
+    op("adaptive_avg_pool3d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 3)),
+    op("_adaptive_avg_pool2d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 2)),
+    op("_adaptive_avg_pool3d_backward", |cx, a| adaptive_avg_pool_backward(cx, a, 3)),
+    op("adaptive_max_pool2d", |cx, a| adaptive_max_pool(cx, a, 2)),
+    op("adaptive_max_pool3d", |cx, a| adaptive_max_pool(cx, a, 3)),
+    op("adaptive_max_pool2d_backward", |cx, a| adaptive_max_pool_backward(cx, a, 2)),
+    op("adaptive_max_pool3d_backward", |cx, a| adaptive_max_pool_backward(cx, a, 3)),
+    op("fractional_max_pool2d", |cx, a| fractional_max_pool(cx, a, 2)),
+    op("fractional_max_pool3d", |cx, a| fractional_max_pool(cx, a, 3)),
+    op("fractional_max_pool2d_backward", |cx, a| fractional_max_pool_backward(cx, a, 2)),
+    op("fractional_max_pool3d_backward", |cx, a| fractional_max_pool_backward(cx, a, 3)),
+    op("max_unpool2d", |cx, a| max_unpool(cx, a, 2)),
+    op("max_unpool3d", |cx, a| max_unpool(cx, a, 3)),
+];
 
 // ---- pooling windows -------------------------------------------------------------------------
 

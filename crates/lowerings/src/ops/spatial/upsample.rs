@@ -7,37 +7,37 @@ use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use super::{apply_taps, apply_taps_transpose, dtype_check, is_floating, opt_float, product, zeros, Taps};
 use stablehlo::{ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // Upsampling: the scales decide the index tables, so float arguments are compiled in.
-    r.add_specialized("upsample_nearest1d", |cx, a| upsample(cx, a, 1, Mode::Nearest));
-    r.add_specialized("upsample_nearest2d", |cx, a| upsample(cx, a, 2, Mode::Nearest));
-    r.add_specialized("upsample_nearest3d", |cx, a| upsample(cx, a, 3, Mode::Nearest));
-    r.add_specialized("_upsample_nearest_exact1d", |cx, a| upsample(cx, a, 1, Mode::NearestExact));
-    r.add_specialized("_upsample_nearest_exact2d", |cx, a| upsample(cx, a, 2, Mode::NearestExact));
-    r.add_specialized("_upsample_nearest_exact3d", |cx, a| upsample(cx, a, 3, Mode::NearestExact));
-    r.add_specialized("upsample_linear1d", |cx, a| upsample(cx, a, 1, Mode::Linear));
-    r.add_specialized("upsample_bilinear2d", |cx, a| upsample(cx, a, 2, Mode::Linear));
-    r.add_specialized("upsample_trilinear3d", |cx, a| upsample(cx, a, 3, Mode::Linear));
-    r.add_specialized("upsample_bicubic2d", |cx, a| upsample(cx, a, 2, Mode::Cubic));
-    r.add_specialized("_upsample_bilinear2d_aa", |cx, a| upsample(cx, a, 2, Mode::LinearAa));
-    r.add_specialized("_upsample_bicubic2d_aa", |cx, a| upsample(cx, a, 2, Mode::CubicAa));
-    r.add_specialized("upsample_nearest1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::Nearest));
-    r.add_specialized("upsample_nearest2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Nearest));
-    r.add_specialized("upsample_nearest3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::Nearest));
-    r.add_specialized("_upsample_nearest_exact1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::NearestExact));
-    r.add_specialized("_upsample_nearest_exact2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::NearestExact));
-    r.add_specialized("_upsample_nearest_exact3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::NearestExact));
-    r.add_specialized("upsample_linear1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::Linear));
-    r.add_specialized("upsample_bilinear2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Linear));
-    r.add_specialized("upsample_trilinear3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::Linear));
-    r.add_specialized("upsample_bicubic2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Cubic));
-    r.add_specialized("_upsample_bilinear2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::LinearAa));
-    r.add_specialized("_upsample_bicubic2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::CubicAa));
-}
+    op("upsample_nearest1d", |cx, a| upsample(cx, a, 1, Mode::Nearest)).specialized(),
+    op("upsample_nearest2d", |cx, a| upsample(cx, a, 2, Mode::Nearest)).specialized(),
+    op("upsample_nearest3d", |cx, a| upsample(cx, a, 3, Mode::Nearest)).specialized(),
+    op("_upsample_nearest_exact1d", |cx, a| upsample(cx, a, 1, Mode::NearestExact)).specialized(),
+    op("_upsample_nearest_exact2d", |cx, a| upsample(cx, a, 2, Mode::NearestExact)).specialized(),
+    op("_upsample_nearest_exact3d", |cx, a| upsample(cx, a, 3, Mode::NearestExact)).specialized(),
+    op("upsample_linear1d", |cx, a| upsample(cx, a, 1, Mode::Linear)).specialized(),
+    op("upsample_bilinear2d", |cx, a| upsample(cx, a, 2, Mode::Linear)).specialized(),
+    op("upsample_trilinear3d", |cx, a| upsample(cx, a, 3, Mode::Linear)).specialized(),
+    op("upsample_bicubic2d", |cx, a| upsample(cx, a, 2, Mode::Cubic)).specialized(),
+    op("_upsample_bilinear2d_aa", |cx, a| upsample(cx, a, 2, Mode::LinearAa)).specialized(),
+    op("_upsample_bicubic2d_aa", |cx, a| upsample(cx, a, 2, Mode::CubicAa)).specialized(),
+    op("upsample_nearest1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::Nearest)).specialized(),
+    op("upsample_nearest2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Nearest)).specialized(),
+    op("upsample_nearest3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::Nearest)).specialized(),
+    op("_upsample_nearest_exact1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::NearestExact)).specialized(),
+    op("_upsample_nearest_exact2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::NearestExact)).specialized(),
+    op("_upsample_nearest_exact3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::NearestExact)).specialized(),
+    op("upsample_linear1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::Linear)).specialized(),
+    op("upsample_bilinear2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Linear)).specialized(),
+    op("upsample_trilinear3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::Linear)).specialized(),
+    op("upsample_bicubic2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Cubic)).specialized(),
+    op("_upsample_bilinear2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::LinearAa)).specialized(),
+    op("_upsample_bicubic2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::CubicAa)).specialized(),
+];
 
 // ---- upsampling -------------------------------------------------------------------------------
 

@@ -7,42 +7,43 @@ use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{bk, chbevl, cmp_k, count_like, float_unary, float_unary_no16, k, polevl};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("kaiser_window", kaiser_window);
-    r.add("i0", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, false)));
-    r.add("special_i0", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, false)));
-    r.add("special_i0e", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, true)));
-    r.add("special_i1", |cx, a| float_unary(cx, a, |cx, x| bessel_i1(cx, x, false)));
-    r.add("special_i1e", |cx, a| float_unary(cx, a, |cx, x| bessel_i1(cx, x, true)));
-    r.add("special_modified_bessel_i0", |cx, a| {
+pub(crate) const OPS: &[Op] = &[
+    // Routed: its composites run a kernel stub that only CPU and CUDA register.
+    op("kaiser_window", kaiser_window).routed(&["kaiser_window", "kaiser_window.periodic", "kaiser_window.beta"]),
+    op("i0", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, false))),
+    op("special_i0", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, false))),
+    op("special_i0e", |cx, a| float_unary(cx, a, |cx, x| bessel_i0(cx, x, true))),
+    op("special_i1", |cx, a| float_unary(cx, a, |cx, x| bessel_i1(cx, x, false))),
+    op("special_i1e", |cx, a| float_unary(cx, a, |cx, x| bessel_i1(cx, x, true))),
+    op("special_modified_bessel_i0", |cx, a| {
         float_unary_no16(cx, a, "modified_bessel_i0_cpu", |cx, x| bessel_i0(cx, x, false))
-    });
-    r.add("special_modified_bessel_i1", |cx, a| {
+    }),
+    op("special_modified_bessel_i1", |cx, a| {
         float_unary_no16(cx, a, "modified_bessel_i1_cpu", |cx, x| bessel_i1(cx, x, false))
-    });
-    r.add("special_bessel_j0", |cx, a| float_unary_no16(cx, a, "bessel_j0_cpu", bessel_j0_values));
-    r.add("special_bessel_j1", |cx, a| float_unary_no16(cx, a, "bessel_j1_cpu", bessel_j1_values));
-    r.add("special_bessel_y0", |cx, a| float_unary_no16(cx, a, "bessel_y0_cpu", bessel_y0_values));
-    r.add("special_bessel_y1", |cx, a| float_unary_no16(cx, a, "bessel_y1_cpu", bessel_y1_values));
-    r.add("special_modified_bessel_k0", |cx, a| {
+    }),
+    op("special_bessel_j0", |cx, a| float_unary_no16(cx, a, "bessel_j0_cpu", bessel_j0_values)),
+    op("special_bessel_j1", |cx, a| float_unary_no16(cx, a, "bessel_j1_cpu", bessel_j1_values)),
+    op("special_bessel_y0", |cx, a| float_unary_no16(cx, a, "bessel_y0_cpu", bessel_y0_values)),
+    op("special_bessel_y1", |cx, a| float_unary_no16(cx, a, "bessel_y1_cpu", bessel_y1_values)),
+    op("special_modified_bessel_k0", |cx, a| {
         float_unary_no16(cx, a, "modified_bessel_k0_cpu", |cx, x| bessel_k_values(cx, x, false, false))
-    });
-    r.add("special_modified_bessel_k1", |cx, a| {
+    }),
+    op("special_modified_bessel_k1", |cx, a| {
         float_unary_no16(cx, a, "modified_bessel_k1_cpu", |cx, x| bessel_k_values(cx, x, true, false))
-    });
-    r.add("special_scaled_modified_bessel_k0", |cx, a| {
+    }),
+    op("special_scaled_modified_bessel_k0", |cx, a| {
         float_unary_no16(cx, a, "scaled_modified_bessel_k0_cpu", |cx, x| bessel_k_values(cx, x, false, true))
-    });
-    r.add("special_scaled_modified_bessel_k1", |cx, a| {
+    }),
+    op("special_scaled_modified_bessel_k1", |cx, a| {
         float_unary_no16(cx, a, "scaled_modified_bessel_k1_cpu", |cx, x| bessel_k_values(cx, x, true, true))
-    });
-    r.add("special_spherical_bessel_j0", |cx, a| float_unary_no16(cx, a, "spherical_bessel_j0_cpu", spherical_j0_values));
-    r.add("special_airy_ai", |cx, a| float_unary_no16(cx, a, "airy_ai_cpu", airy_ai_values));
-}
+    }),
+    op("special_spherical_bessel_j0", |cx, a| float_unary_no16(cx, a, "spherical_bessel_j0_cpu", spherical_j0_values)),
+    op("special_airy_ai", |cx, a| float_unary_no16(cx, a, "airy_ai_cpu", airy_ai_values)),
+];
 
 // ---- Bessel functions ---------------------------------------------------------------------------------
 

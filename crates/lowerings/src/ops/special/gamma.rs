@@ -6,20 +6,20 @@ use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{bits_of, bk, cmp_k, count_like, float_result, float_unary, k, no_complex, operands, pair};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("polygamma", polygamma);
-    r.add("special_polygamma", polygamma);
+pub(crate) const OPS: &[Op] = &[
+    op("polygamma", polygamma),
+    op("special_polygamma", polygamma),
     // mvlgamma.out and mvlgamma_ (special_multigammaln.out calls mvlgamma.out); the functional
     // form is PyTorch's composite of the same steps.
-    r.add("mvlgamma", mvlgamma);
-    r.add("igamma", |cx, a| igamma(cx, a, false));
-    r.add("igammac", |cx, a| igamma(cx, a, true));
-    r.add("special_zeta", zeta);
-}
+    op("mvlgamma", mvlgamma),
+    op("igamma", |cx, a| igamma(cx, a, false)),
+    op("igammac", |cx, a| igamma(cx, a, true)),
+    op("special_zeta", zeta),
+];
 
 // ---- polygamma, trigamma, zeta -------------------------------------------------------------------
 

@@ -4,19 +4,19 @@ use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType};
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{float_binary, float_result, float_unary, is_nan, k, no_complex};
 use stablehlo::{CmpDir, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("logit", logit);
-    r.add("special_logit", logit);
-    r.add("logit_backward", logit_backward);
-    r.add("xlogy", |cx, a| xlog(cx, a, false));
-    r.add("special_xlogy", |cx, a| xlog(cx, a, false));
-    r.add("special_xlog1py", |cx, a| xlog(cx, a, true));
-    r.add("special_entr", entr);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("logit", logit),
+    op("special_logit", logit),
+    op("logit_backward", logit_backward),
+    op("xlogy", |cx, a| xlog(cx, a, false)),
+    op("special_xlogy", |cx, a| xlog(cx, a, false)),
+    op("special_xlog1py", |cx, a| xlog(cx, a, true)),
+    op("special_entr", entr),
+];
 
 // ---- logit, xlogy, entr ------------------------------------------------------------------------------
 

@@ -6,34 +6,34 @@ use crate::blocks::loops::any_true;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, Registry};
+use crate::{bail, check, one, Out, op, Op};
 use super::{bits_of, bk, cmp_k, float_result, float_unary, floats_only_binary, is_nan, k, no_complex, operands, pair};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("sinc", |cx, a| float_unary(cx, a, sinc_values));
-    r.add("logaddexp", |cx, a| logaddexp(cx, a, false));
-    r.add("logaddexp2", |cx, a| logaddexp(cx, a, true));
-    r.add("hypot", hypot);
-    r.add("copysign", copysign);
-    r.add("nextafter", nextafter);
-    r.add("fmax", |cx, a| fmax_fmin(cx, a, true));
-    r.add("fmin", |cx, a| fmax_fmin(cx, a, false));
-    r.add("heaviside", heaviside);
-    r.add("frexp", frexp);
-    r.add("gcd", |cx, a| gcd_lcm(cx, a, false));
-    r.add("lcm", |cx, a| gcd_lcm(cx, a, true));
-    r.add("__lshift__", |cx, a| shift(cx, a, true));
-    r.add("__rshift__", |cx, a| shift(cx, a, false));
+pub(crate) const OPS: &[Op] = &[
+    op("sinc", |cx, a| float_unary(cx, a, sinc_values)),
+    op("logaddexp", |cx, a| logaddexp(cx, a, false)),
+    op("logaddexp2", |cx, a| logaddexp(cx, a, true)),
+    op("hypot", hypot),
+    op("copysign", copysign),
+    op("nextafter", nextafter),
+    op("fmax", |cx, a| fmax_fmin(cx, a, true)),
+    op("fmin", |cx, a| fmax_fmin(cx, a, false)),
+    op("heaviside", heaviside),
+    op("frexp", frexp),
+    op("gcd", |cx, a| gcd_lcm(cx, a, false)),
+    op("lcm", |cx, a| gcd_lcm(cx, a, true)),
+    op("__lshift__", |cx, a| shift(cx, a, true)),
+    op("__rshift__", |cx, a| shift(cx, a, false)),
     // `x <<= n` and `x >>= n` (in-place, written into self by the engine).
-    r.add("__ilshift__", |cx, a| shift(cx, a, true));
-    r.add("__irshift__", |cx, a| shift(cx, a, false));
-    r.add("bitwise_left_shift", |cx, a| shift(cx, a, true));
-    r.add("bitwise_right_shift", |cx, a| shift(cx, a, false));
-    r.add("nan_to_num", nan_to_num);
-    r.add("signbit", signbit);
-    r.add("angle", angle);
-}
+    op("__ilshift__", |cx, a| shift(cx, a, true)),
+    op("__irshift__", |cx, a| shift(cx, a, false)),
+    op("bitwise_left_shift", |cx, a| shift(cx, a, true)),
+    op("bitwise_right_shift", |cx, a| shift(cx, a, false)),
+    op("nan_to_num", nan_to_num),
+    op("signbit", signbit),
+    op("angle", angle),
+];
 
 // ---- sinc, logaddexp, hypot, copysign, nextafter -----------------------------------------------------
 

@@ -1,16 +1,16 @@
 //! The normal distribution functions: ndtri, log_ndtr, and erfcx (the scaled complementary
 //! error function).
-use crate::Registry;
+use crate::{op, Op};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use super::{cmp_k, float_unary_no16, is_nan, k, polevl};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("special_ndtri", |cx, a| float_unary_no16(cx, a, "ndtri_cpu", ndtri_values));
-    r.add("special_log_ndtr", |cx, a| float_unary_no16(cx, a, "log_ndtr_cpu", log_ndtr_values));
-    r.add("special_erfcx", |cx, a| float_unary_no16(cx, a, "erfcx_cpu", erfcx_values));
-}
+pub(crate) const OPS: &[Op] = &[
+    op("special_ndtri", |cx, a| float_unary_no16(cx, a, "ndtri_cpu", ndtri_values)),
+    op("special_log_ndtr", |cx, a| float_unary_no16(cx, a, "log_ndtr_cpu", log_ndtr_values)),
+    op("special_erfcx", |cx, a| float_unary_no16(cx, a, "erfcx_cpu", erfcx_values)),
+];
 
 // ---- normal distribution functions ------------------------------------------------------------------
 

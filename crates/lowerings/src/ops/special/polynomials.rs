@@ -5,32 +5,32 @@ use crate::blocks::loops::{any_true, next_count};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use super::{bk, cmp_k, count_like, float_result, k, operands, pair};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("special_chebyshev_polynomial_t", |cx, a| polynomial(cx, a, Poly::Chebyshev('T', false), "chebyshev_polynomial_t_cpu"));
-    r.add("special_chebyshev_polynomial_u", |cx, a| polynomial(cx, a, Poly::Chebyshev('U', false), "chebyshev_polynomial_u_cpu"));
-    r.add("special_chebyshev_polynomial_v", |cx, a| polynomial(cx, a, Poly::Chebyshev('V', false), "chebyshev_polynomial_v_cpu"));
-    r.add("special_chebyshev_polynomial_w", |cx, a| polynomial(cx, a, Poly::Chebyshev('W', false), "chebyshev_polynomial_w_cpu"));
-    r.add("special_shifted_chebyshev_polynomial_t", |cx, a| {
+pub(crate) const OPS: &[Op] = &[
+    op("special_chebyshev_polynomial_t", |cx, a| polynomial(cx, a, Poly::Chebyshev('T', false), "chebyshev_polynomial_t_cpu")),
+    op("special_chebyshev_polynomial_u", |cx, a| polynomial(cx, a, Poly::Chebyshev('U', false), "chebyshev_polynomial_u_cpu")),
+    op("special_chebyshev_polynomial_v", |cx, a| polynomial(cx, a, Poly::Chebyshev('V', false), "chebyshev_polynomial_v_cpu")),
+    op("special_chebyshev_polynomial_w", |cx, a| polynomial(cx, a, Poly::Chebyshev('W', false), "chebyshev_polynomial_w_cpu")),
+    op("special_shifted_chebyshev_polynomial_t", |cx, a| {
         polynomial(cx, a, Poly::Chebyshev('T', true), "shifted_chebyshev_polynomial_t_cpu")
-    });
-    r.add("special_shifted_chebyshev_polynomial_u", |cx, a| {
+    }),
+    op("special_shifted_chebyshev_polynomial_u", |cx, a| {
         polynomial(cx, a, Poly::Chebyshev('U', true), "shifted_chebyshev_polynomial_u_cpu")
-    });
-    r.add("special_shifted_chebyshev_polynomial_v", |cx, a| {
+    }),
+    op("special_shifted_chebyshev_polynomial_v", |cx, a| {
         polynomial(cx, a, Poly::Chebyshev('V', true), "shifted_chebyshev_polynomial_v_cpu")
-    });
-    r.add("special_shifted_chebyshev_polynomial_w", |cx, a| {
+    }),
+    op("special_shifted_chebyshev_polynomial_w", |cx, a| {
         polynomial(cx, a, Poly::Chebyshev('W', true), "shifted_chebyshev_polynomial_w_cpu")
-    });
-    r.add("special_legendre_polynomial_p", |cx, a| polynomial(cx, a, Poly::Legendre, "legendre_polynomial_p_cpu"));
-    r.add("special_laguerre_polynomial_l", |cx, a| polynomial(cx, a, Poly::Laguerre, "laguerre_polynomial_l_cpu"));
-    r.add("special_hermite_polynomial_h", |cx, a| polynomial(cx, a, Poly::HermiteH, "hermite_polynomial_h_cpu"));
-    r.add("special_hermite_polynomial_he", |cx, a| polynomial(cx, a, Poly::HermiteHe, "hermite_polynomial_he_cpu"));
-}
+    }),
+    op("special_legendre_polynomial_p", |cx, a| polynomial(cx, a, Poly::Legendre, "legendre_polynomial_p_cpu")),
+    op("special_laguerre_polynomial_l", |cx, a| polynomial(cx, a, Poly::Laguerre, "laguerre_polynomial_l_cpu")),
+    op("special_hermite_polynomial_h", |cx, a| polynomial(cx, a, Poly::HermiteH, "hermite_polynomial_h_cpu")),
+    op("special_hermite_polynomial_he", |cx, a| polynomial(cx, a, Poly::HermiteHe, "hermite_polynomial_he_cpu")),
+];
 
 // ---- orthogonal polynomials -----------------------------------------------------------------------
 

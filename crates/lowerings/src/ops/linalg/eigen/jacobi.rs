@@ -16,13 +16,13 @@ use crate::error::Result;
 use crate::ops::linalg::cholesky::hermitian_from;
 use crate::ops::linalg::qr::{householder_qr, q_columns};
 use crate::ops::linalg::{abs2, adjoint, any, bcast, block, bmm, check_float_or_complex, check_lapack_dtype, check_matrix, check_square, conj, diag, eps, eye3, iota, mats, max, splat, sum, to_elem, unflatten, I64};
-use crate::{check, Out, Registry};
+use crate::{check, Out, op, Op};
 use stablehlo::{Builder, CmpDir, GatherDims, ScatterDims, Value};
 
-pub fn register(r: &mut Registry) {
-    r.add("_linalg_eigh", linalg_eigh);
-    r.add("_linalg_svd", linalg_svd);
-}
+pub(crate) const OPS: &[Op] = &[
+    op("_linalg_eigh", linalg_eigh),
+    op("_linalg_svd", linalg_svd),
+];
 
 // ---- Jacobi rotations (eigh, svd) -------------------------------------------------------------
 

@@ -16,17 +16,17 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::linalg::{check_square, cspl, flat_batch, iota as idx, ispl, splat as spl, sum as sum_over, I64E};
-use crate::{check, one, Out, Registry};
+use crate::{check, one, Out, op, Op};
 use self::balance::{ev_gebal, ev_hessenberg};
 use self::schur::ev_lahqr;
 use self::vectors::ev_vectors;
 use stablehlo::{Builder, CmpDir, ElemType, Value};
 
-pub fn register(r: &mut Registry) {
+pub(crate) const OPS: &[Op] = &[
     // linalg.eig raises for non-finite input: its size program checks.
-    r.add_sized("linalg_eig", eig_nonfinite, linalg_eig);
-    r.add("_linalg_eigvals", linalg_eigvals);
-}
+    op("linalg_eig", linalg_eig).sized(eig_nonfinite),
+    op("_linalg_eigvals", linalg_eigvals),
+];
 
 // ---- the real nonsymmetric eigenproblem (LAPACK's ?geev, one matrix at a time) ------------------
 

@@ -1,0 +1,118 @@
+//! The declaration of a lowering: everything the engine, the C++ shim and the graph path know
+//! about an op, written once in the op's family file (its `OPS` table), next to its function:
+//!
+//! ```ignore
+//! pub(crate) const OPS: &[Op] = &[
+//!     op("lerp", lerp),
+//!     op("range", range).specialized().routed(&["range.out_"]),
+//!     ops(FOREACH, foreach).list_op(),
+//! ];
+//! ```
+use crate::LowerFn;
+
+/// The aten ops one declaration serves, by base name (`add` serves `add`, `add_`, `add.out`).
+#[derive(Copy, Clone)]
+pub enum Names {
+    One(&'static str),
+    Many(&'static [&'static str]),
+}
+
+impl Names {
+    pub fn iter(&self) -> impl Iterator<Item = &'static str> {
+        let (one, many): (Option<&'static str>, &'static [&'static str]) = match *self {
+            Names::One(n) => (Some(n), &[]),
+            Names::Many(ns) => (None, ns),
+        };
+        one.into_iter().chain(many.iter().copied())
+    }
+}
+
+/// One lowering and how the engine and the shim treat its ops.
+#[derive(Copy, Clone)]
+pub struct Op {
+    pub names: Names,
+    pub f: LowerFn,
+    /// Compile float arguments in (their values become part of the cache key) because the
+    /// lowering needs them to decide the program's structure.
+    pub specialize_floats: bool,
+    /// For ops whose output size depends on the data (nonzero, masked_select, unique): a first
+    /// program computing that size as a 0-d int64 tensor. The engine runs it, reads the number
+    /// and passes it to `f` as the int argument `__size`.
+    pub size: Option<LowerFn>,
+    /// Arguments the op writes without declaring it in its schema (native_batch_norm's
+    /// running statistics): written like declared ones, after them, in this order.
+    pub writes: &'static [&'static str],
+    /// Overloads ("name" or "name.overload") whose own PyTorch kernels (composites) would
+    /// shadow the boxed fallback on "tpu": the shim registers the fallback for them explicitly.
+    pub routed: &'static [&'static str],
+    /// A list op (`_foreach_*`): every overload runs as one program over the whole list
+    /// instead of PyTorch's loop of one op per tensor.
+    pub list_op: bool,
+    /// The op takes CPU tensors with more than one element next to tpu ones (copies, index
+    /// tensors); other ops raise PyTorch's "Expected all tensors to be on the same device".
+    pub host_tensors: bool,
+    /// Structured overloads whose generated composite (allocate, call out=) must stay: their
+    /// output shape depends on data the composite's meta function computes.
+    pub keep_composite: &'static [&'static str],
+}
+
+/// Declares the lowering `f` of the op `name`.
+pub const fn op(name: &'static str, f: LowerFn) -> Op {
+    ops_named(Names::One(name), f)
+}
+
+/// Declares one lowering `f` for several ops.
+pub const fn ops(names: &'static [&'static str], f: LowerFn) -> Op {
+    ops_named(Names::Many(names), f)
+}
+
+const fn ops_named(names: Names, f: LowerFn) -> Op {
+    Op {
+        names,
+        f,
+        specialize_floats: false,
+        size: None,
+        writes: &[],
+        routed: &[],
+        list_op: false,
+        host_tensors: false,
+        keep_composite: &[],
+    }
+}
+
+impl Op {
+    /// See `Op::specialize_floats`.
+    pub const fn specialized(self) -> Op {
+        Op { specialize_floats: true, ..self }
+    }
+
+    /// See `Op::size`.
+    pub const fn sized(self, size: LowerFn) -> Op {
+        Op { size: Some(size), ..self }
+    }
+
+    /// See `Op::writes`.
+    pub const fn writes(self, args: &'static [&'static str]) -> Op {
+        Op { writes: args, ..self }
+    }
+
+    /// See `Op::routed`.
+    pub const fn routed(self, overloads: &'static [&'static str]) -> Op {
+        Op { routed: overloads, ..self }
+    }
+
+    /// See `Op::list_op`.
+    pub const fn list_op(self) -> Op {
+        Op { list_op: true, ..self }
+    }
+
+    /// See `Op::host_tensors`.
+    pub const fn host_tensors(self) -> Op {
+        Op { host_tensors: true, ..self }
+    }
+
+    /// See `Op::keep_composite`.
+    pub const fn keep_composite(self, overloads: &'static [&'static str]) -> Op {
+        Op { keep_composite: overloads, ..self }
+    }
+}
