@@ -113,7 +113,7 @@ const char* tt_routed_ops(void);
 // its generated composite (it has a lowering, and its composite is not needed).
 bool tt_route_structured(const char* qualified_name, const char* overload);
 // Whether an op belongs to a family whose composite kernels (one op per list item) the shim
-// replaces with the lowering (ROUTED_FAMILIES).
+// replaces with the lowering (declared `.list_op()`).
 bool tt_route_family(const char* qualified_name);
 
 int32_t tt_device_count(void);

@@ -38,7 +38,7 @@ def test_probe_ci_subset(tmp_path):
 
 def test_grid_sampler_cpu_fallback_raises_not_implemented():
     # Its device-generic kernel reads tensor data as host memory: on tpu it is routed to the
-    # fallback (HOST_MEMORY_OPS) and raises NotImplementedError naming the op; the process lives.
+    # fallback (ops/host_memory.rs) and raises NotImplementedError naming the op; the process lives.
     code = textwrap.dedent("""
         import torch
         x = torch.randn(2, 3, 5, 6)

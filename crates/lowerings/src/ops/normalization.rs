@@ -3,7 +3,7 @@
 //! _batch_norm_with_update(_functional) and batch_norm_backward), layer, group and weight norm.
 //!
 //! 16-bit floats are computed in float32 and rounded once at the end. native_layer_norm and
-//! native_group_norm are routed past their composites (lib.rs's ROUTED_OPS), which would
+//! native_group_norm are routed past their composites (declared `.routed(...)`), which would
 //! round 16-bit intermediates.
 use crate::args::{Arg, Args, Tensor};
 // `constant` is this file's name for consts::k.
@@ -352,7 +352,7 @@ fn layer_norm_axis(cx: &Cx, x: &Tensor, shape: &[i64], w: Option<Tensor>, b: Opt
 
 /// native_layer_norm(input, normalized_shape, weight, bias, eps) -> (out, mean, rstd), with
 /// mean and rstd shaped [outer..., 1...]. Eager calls are routed here past PyTorch's composite
-/// (ROUTED_OPS); torch.compile graphs keep this op.
+/// (`.routed(...)`); torch.compile graphs keep this op.
 fn native_layer_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("input")?;
     check!(x.dtype.is_float(), NotImplemented, "\"LayerNormKernelImpl\" not implemented for '{}'", x.dtype.torch_name());
