@@ -74,7 +74,8 @@ fn erfcx_values(cx: &mut Cx, x: Value) -> Value {
     // Split |x| = hi + lo with hi holding the top half of the mantissa bits.
     let (bits_elem, mask) = if dt == DType::F64 { (ElemType::U64, !0x3ff_ffffi64) } else { (ElemType::U32, !0xfffi64) };
     let bits = e.of(e.with(|b| b.bitcast_convert(ax.v, bits_elem)));
-    let hi = e.of(e.with(|b| b.bitcast_convert((bits & mask).v, dt.elem())));
+    let hb = (bits & mask).v;
+    let hi = e.of(e.with(|b| b.bitcast_convert(hb, dt.elem())));
     let lo = ax - hi;
     let ex2 = (hi * hi).exp() * (2.0 * hi * lo + lo * lo).exp();
     let small = ex2 * ax.chlo("erfc");
