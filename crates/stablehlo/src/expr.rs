@@ -236,6 +236,11 @@ impl<'e> E<'e> {
         self.unary(|b, v| b.convert(v, elem))
     }
 
+    /// A 0-d value repeated over `dims` (broadcast_in_dim with no mapped dimensions).
+    pub fn splat(self, dims: &[i64]) -> E<'e> {
+        self.unary(|b, v| b.broadcast_in_dim(v, dims, &[]))
+    }
+
     pub fn pow(self, o: impl Operand<'e>) -> E<'e> {
         self.binary(o, Builder::pow)
     }
@@ -380,6 +385,20 @@ mod tests {
         drop(e);
         let text = b.finish(&[j]);
         assert!(text.contains(&(1i64 << 60).to_string()), "{text}");
+    }
+
+    #[test]
+    fn splat_repeats_a_scalar() {
+        let mut b = Builder::new();
+        let i = b.param(TensorType::new(ElemType::I64, &[]));
+        let e = Ex::new(&mut b);
+        let n = e.of(i).cast(ElemType::F32).splat(&[2, 3]);
+        assert_eq!(n.dims(), vec![2, 3]);
+        assert_eq!(n.elem(), ElemType::F32);
+        let n = n.v;
+        drop(e);
+        let text = b.finish(&[n]);
+        assert!(text.contains("stablehlo.broadcast_in_dim"), "{text}");
     }
 
     #[test]

@@ -215,7 +215,7 @@ fn cdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// The incoming gradient of _cdist_backward/_pdist_backward: `grad_output` from torch 2.14,
 /// `grad` before.
 fn incoming_grad(args: &Args) -> Result<Tensor> {
-    args.tensor(if args.get("grad_output").is_some() { "grad_output" } else { "grad" })
+    args.tensor(if args.probe("grad_output").is_some() { "grad_output" } else { "grad" })
 }
 
 /// _cdist_backward(grad, x1, x2, p, cdist): the gradient for x1 (over the broadcast batch;

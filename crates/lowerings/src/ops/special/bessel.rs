@@ -8,8 +8,8 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::{check, one, Out, op, Op};
-use super::{bk, chbevl, cmp_k, count_like, float_unary, float_unary_no16, k, polevl};
-use stablehlo::{CmpDir, ElemType, TensorType, Value};
+use super::{chbevl, float_unary, float_unary_no16, polevl};
+use stablehlo::{ElemType, Ex, TensorType, Value, E};
 
 pub(crate) const OPS: &[Op] = &[
     // Routed: its composites run a kernel stub that only CPU and CUDA register.
@@ -91,52 +91,40 @@ const I1E_B: [f64; 25] = [
 
 /// The two Chebyshev pieces of a Cephes Bessel function: on [0, 8] in y = x/2 - 2 and above
 /// in 32/x - 2 (divided by sqrt(x)); `x` is |x|.
-fn bessel_pieces(cx: &mut Cx, ax: Value, a: &[f64], b: &[f64]) -> (Value, Value, Value) {
-    let half = k(cx, 0.5, ax);
-    let two = k(cx, 2.0, ax);
-    let y = cx.mul(ax, half);
-    let y = cx.sub(y, two);
-    let near = chbevl(cx, y, a);
-    let c32 = k(cx, 32.0, ax);
-    let z = cx.div(c32, ax);
-    let z = cx.sub(z, two);
-    let far = chbevl(cx, z, b);
-    let sq = cx.sqrt(ax);
-    let far = cx.div(far, sq);
-    let is_near = cmp_k(cx, CmpDir::Le, ax, 8.0);
-    (is_near, near, far)
+fn bessel_pieces<'e>(ax: E<'e>, a: &[f64], b: &[f64]) -> (E<'e>, E<'e>, E<'e>) {
+    let near = chbevl(ax * 0.5 - 2.0, a);
+    let far = chbevl(32.0 / ax - 2.0, b) / ax.sqrt();
+    (ax.le(8.0), near, far)
 }
 
 /// i0 (or i0e with `scaled`): even, exp(|x|) times the Chebyshev pieces.
 fn bessel_i0(cx: &mut Cx, x: Value, scaled: bool) -> Value {
-    let ax = cx.abs(x);
-    let (is_near, near, far) = bessel_pieces(cx, ax, &I0E_A, &I0E_B);
-    let r = cx.select(is_near, near, far);
+    i0(Ex::new(cx).of(x), scaled).v
+}
+
+fn i0(x: E<'_>, scaled: bool) -> E<'_> {
+    let ax = x.abs();
+    let (is_near, near, far) = bessel_pieces(ax, &I0E_A, &I0E_B);
+    let r = is_near.select(near, far);
     if scaled {
-        return r;
+        r
+    } else {
+        ax.exp() * r
     }
-    let e = cx.exp(ax);
-    cx.mul(e, r)
 }
 
 /// i1 (or i1e): odd, x times the near piece below 8. PyTorch's float kernels use shortened
 /// tables (the last 17 and 7 coefficients).
 fn bessel_i1(cx: &mut Cx, x: Value, scaled: bool) -> Value {
-    let double = cx.dtype(x) == DType::F64;
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let double = x.elem() == ElemType::F64;
     let (a, b): (&[f64], &[f64]) = if double { (&I1E_A, &I1E_B) } else { (&I1E_A[12..], &I1E_B[18..]) };
-    let ax = cx.abs(x);
-    let (is_near, near, far) = bessel_pieces(cx, ax, a, b);
-    let near = cx.mul(near, ax);
-    let r = cx.select(is_near, near, far);
-    let r = if scaled {
-        r
-    } else {
-        let e = cx.exp(ax);
-        cx.mul(e, r)
-    };
-    let neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
-    let nr = cx.neg(r);
-    cx.select(neg, nr, r)
+    let ax = x.abs();
+    let (is_near, near, far) = bessel_pieces(ax, a, b);
+    let r = is_near.select(near * ax, far);
+    let r = if scaled { r } else { ax.exp() * r };
+    x.lt(0.0).select(-r, r).v
 }
 
 // ---- Bessel functions of the first and second kind, K, spherical j0, Airy Ai -----------------------
@@ -263,338 +251,204 @@ const TWO_OVER_PI: f64 = 0.636619772367581343075535053490057448;
 /// The asymptotic form of J0/Y0 (`first` for J) or J1/Y1 beyond 5, for x > 0:
 /// (P cos(x - phase) - 5/x Q sin(x - phase)) sqrt(2/pi) / sqrt(x) for J, with sin and cos
 /// swapped and a plus for Y.
-fn bessel_far(cx: &mut Cx, x: Value, order1: bool, first: bool) -> Value {
-    let five = k(cx, 5.0, x);
+fn bessel_far(x: E<'_>, order1: bool, first: bool) -> E<'_> {
     let z = if order1 {
         // (5/x) (5/x)
-        let f = cx.div(five, x);
-        cx.mul(f, f)
+        let f = 5.0 / x;
+        f * f
     } else {
         // 25 / (x x)
-        let c = k(cx, 25.0, x);
-        let xx = cx.mul(x, x);
-        cx.div(c, xx)
+        25.0 / (x * x)
     };
     let (pp, pq, qp, qq): (&[f64], &[f64], &[f64], &[f64]) =
         if order1 { (&J1_PP, &J1_PQ, &J1_QP, &J1_QQ) } else { (&J0_PP, &J0_PQ, &J0_QP, &J0_QQ) };
-    let pp = polevl(cx, z, pp);
-    let pq = polevl(cx, z, pq);
-    let qp = polevl(cx, z, qp);
-    let qq = polevl(cx, z, qq);
+    let (pp, pq, qp, qq) = (polevl(z, pp), polevl(z, pq), polevl(z, qp), polevl(z, qq));
     let phase = if order1 { 2.356194490192344928846982537459627163 } else { 0.785398163397448309615660845819875721 };
-    let ph = k(cx, phase, x);
-    let s = cx.sub(x, ph);
-    let (c1, c2) = if first { (cx.cos(s), cx.sin(s)) } else { (cx.sin(s), cx.cos(s)) };
-    let a = cx.div(pp, pq);
-    let a = cx.mul(a, c1);
-    let f = cx.div(five, x);
-    let q = cx.div(qp, qq);
-    let b = cx.mul(f, q);
-    let b = cx.mul(b, c2);
-    let t = if first { cx.sub(a, b) } else { cx.add(a, b) };
-    let c = k(cx, SQRT_2_OVER_PI, x);
-    let t = cx.mul(t, c);
-    let sq = cx.sqrt(x);
-    cx.div(t, sq)
+    let s = x - phase;
+    let (c1, c2) = if first { (s.cos(), s.sin()) } else { (s.sin(), s.cos()) };
+    let a = pp / pq * c1;
+    let b = 5.0 / x * (qp / qq) * c2;
+    let t = if first { a - b } else { a + b };
+    t * SQRT_2_OVER_PI / x.sqrt()
+}
+
+fn bessel_j0_values(cx: &mut Cx, x: Value) -> Value {
+    j0(Ex::new(cx).of(x)).v
 }
 
 /// J0 (Cephes j0): even; 1 - x^2/4 below 1e-5, the rational form up to 5, asymptotic above.
-fn bessel_j0_values(cx: &mut Cx, x: Value) -> Value {
-    let ax = cx.abs(x);
-    let xx = cx.mul(ax, ax);
-    let four = k(cx, 4.0, x);
-    let one_ = k(cx, 1.0, x);
-    let t = cx.div(xx, four);
-    let tiny_v = cx.sub(one_, t);
-    let rp = polevl(cx, xx, &J0_RP);
-    let rq = polevl(cx, xx, &J0_RQ);
-    let c1 = k(cx, 5.78318596294678452118e+00, x);
-    let c2 = k(cx, 3.04712623436620863991e+01, x);
-    let a = cx.sub(xx, c1);
-    let b = cx.sub(xx, c2);
-    let near = cx.mul(a, b);
-    let near = cx.mul(near, rp);
-    let near = cx.div(near, rq);
-    let far = bessel_far(cx, ax, false, true);
-    let tiny = cmp_k(cx, CmpDir::Lt, ax, 0.00001);
-    let near = cx.select(tiny, tiny_v, near);
-    let is_near = cmp_k(cx, CmpDir::Le, ax, 5.0);
-    cx.select(is_near, near, far)
+fn j0(x: E<'_>) -> E<'_> {
+    let ax = x.abs();
+    let xx = ax * ax;
+    let tiny_v = 1.0 - xx / 4.0;
+    let (rp, rq) = (polevl(xx, &J0_RP), polevl(xx, &J0_RQ));
+    let near = (xx - 5.78318596294678452118e+00) * (xx - 3.04712623436620863991e+01) * rp / rq;
+    let far = bessel_far(ax, false, true);
+    let near = ax.lt(0.00001).select(tiny_v, near);
+    ax.le(5.0).select(near, far)
+}
+
+fn bessel_j1_values(cx: &mut Cx, x: Value) -> Value {
+    j1(Ex::new(cx).of(x)).v
 }
 
 /// J1 (Cephes j1): odd; the rational form up to 5, asymptotic above.
-fn bessel_j1_values(cx: &mut Cx, x: Value) -> Value {
-    let ax = cx.abs(x);
+fn j1(x: E<'_>) -> E<'_> {
+    let ax = x.abs();
     // The rational form is odd in x: evaluate it at x itself, as -J1(-x) gives the same.
-    let xx = cx.mul(x, x);
-    let rp = polevl(cx, xx, &J1_RP);
-    let rq = polevl(cx, xx, &J1_RQ);
-    let c1 = k(cx, 1.46819706421238932572e+01, x);
-    let c2 = k(cx, 4.92184563216946036703e+01, x);
-    let near = cx.div(rp, rq);
-    let near = cx.mul(near, x);
-    let a = cx.sub(xx, c1);
-    let near = cx.mul(near, a);
-    let b = cx.sub(xx, c2);
-    let near = cx.mul(near, b);
-    let far = bessel_far(cx, ax, true, true);
-    let neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
-    let nfar = cx.neg(far);
-    let far = cx.select(neg, nfar, far);
-    let is_near = cmp_k(cx, CmpDir::Le, ax, 5.0);
-    cx.select(is_near, near, far)
+    let xx = x * x;
+    let (rp, rq) = (polevl(xx, &J1_RP), polevl(xx, &J1_RQ));
+    let near = rp / rq * x * (xx - 1.46819706421238932572e+01) * (xx - 4.92184563216946036703e+01);
+    let far = bessel_far(ax, true, true);
+    let far = x.lt(0.0).select(-far, far);
+    ax.le(5.0).select(near, far)
 }
 
 /// Y0 (Cephes y0): -inf at 0, NaN below, the rational form plus (2/pi) log(x) J0(x) up to 5.
 fn bessel_y0_values(cx: &mut Cx, x: Value) -> Value {
-    let xx = cx.mul(x, x);
-    let yp = polevl(cx, xx, &Y0_YP);
-    let yq = polevl(cx, xx, &Y0_YQ);
-    let r = cx.div(yp, yq);
-    let c = k(cx, TWO_OVER_PI, x);
-    let l = cx.log(x);
-    let t = cx.mul(c, l);
-    let j = bessel_j0_values(cx, x);
-    let t = cx.mul(t, j);
-    let near = cx.add(r, t);
-    let far = bessel_far(cx, x, false, false);
-    y_edges(cx, x, near, far, CmpDir::Lt)
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let xx = x * x;
+    let near = polevl(xx, &Y0_YP) / polevl(xx, &Y0_YQ) + TWO_OVER_PI * x.ln() * j0(x);
+    y_edges(x, near, bessel_far(x, false, false), x.lt(0.0)).v
 }
 
 /// Y1 (Cephes y1): -inf at 0, NaN below, x R(x^2) + (2/pi)(J1(x) log(x) - 1/x) up to 5.
 fn bessel_y1_values(cx: &mut Cx, x: Value) -> Value {
-    let xx = cx.mul(x, x);
-    let yp = polevl(cx, xx, &Y1_YP);
-    let yq = polevl(cx, xx, &Y1_YQ);
-    let r = cx.div(yp, yq);
-    let r = cx.mul(x, r);
-    let j = bessel_j1_values(cx, x);
-    let l = cx.log(x);
-    let t = cx.mul(j, l);
-    let one_ = k(cx, 1.0, x);
-    let inv = cx.div(one_, x);
-    let t = cx.sub(t, inv);
-    let c = k(cx, TWO_OVER_PI, x);
-    let t = cx.mul(c, t);
-    let near = cx.add(r, t);
-    let far = bessel_far(cx, x, true, false);
-    y_edges(cx, x, near, far, CmpDir::Le)
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let xx = x * x;
+    let r = x * (polevl(xx, &Y1_YP) / polevl(xx, &Y1_YQ));
+    let near = r + TWO_OVER_PI * (j1(x) * x.ln() - 1.0 / x);
+    y_edges(x, near, bessel_far(x, true, false), x.le(0.0)).v
 }
 
-/// The branches of Y0/Y1: up to 5 `near` (-inf at 0, NaN where `x nan_dir 0`), above `far`.
-fn y_edges(cx: &mut Cx, x: Value, near: Value, far: Value, nan_dir: CmpDir) -> Value {
-    let nan = k(cx, f64::NAN, x);
-    let ninf = k(cx, f64::NEG_INFINITY, x);
-    let bad = cmp_k(cx, nan_dir, x, 0.0);
-    let near = cx.select(bad, nan, near);
-    let at0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
-    let near = cx.select(at0, ninf, near);
-    let is_near = cmp_k(cx, CmpDir::Le, x, 5.0);
-    cx.select(is_near, near, far)
+/// The branches of Y0/Y1: up to 5 `near` (-inf at 0, NaN where `bad`), above `far`.
+fn y_edges<'e>(x: E<'e>, near: E<'e>, far: E<'e>, bad: E<'e>) -> E<'e> {
+    let near = bad.select(f64::NAN, near);
+    let near = x.eq(0.0).select(f64::NEG_INFINITY, near);
+    x.le(5.0).select(near, far)
 }
 
 /// PyTorch's modified_bessel_i1_forward (full Chebyshev tables in every dtype) for x in (0, 8]:
 /// 0.5 (a - p) x exp(x).
-fn bessel_i1_near(cx: &mut Cx, x: Value) -> Value {
-    let half = k(cx, 0.5, x);
-    let two = k(cx, 2.0, x);
-    let y = cx.mul(x, half);
-    let y = cx.sub(y, two);
-    let c = chbevl(cx, y, &I1E_A);
-    let c = cx.mul(c, x);
-    let e = cx.exp(x);
-    cx.mul(c, e)
+fn i1_near(x: E<'_>) -> E<'_> {
+    chbevl(x * 0.5 - 2.0, &I1E_A) * x * x.exp()
 }
 
 /// K0 or K1 (`order1`), times exp(x) when `scaled` (Cephes k0/k1/k0e/k1e as PyTorch writes
 /// them): inf at 0, NaN below; Chebyshev series in x^2 - 2 with the log(x/2) I term up to 2,
 /// in 8/x - 2 above.
 fn bessel_k_values(cx: &mut Cx, x: Value, order1: bool, scaled: bool) -> Value {
-    let half = k(cx, 0.5, x);
-    let two = k(cx, 2.0, x);
-    let xx = cx.mul(x, x);
-    let y = cx.sub(xx, two);
-    let hx = cx.mul(half, x);
-    let l = cx.log(hx);
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let y = x * x - 2.0;
+    let l = (0.5 * x).ln();
     let near = if order1 {
-        let a = chbevl(cx, y, &K1_A);
-        let i1 = bessel_i1_near(cx, x);
-        let t = cx.mul(l, i1);
-        let a = cx.div(a, x);
-        cx.add(t, a)
+        let a = chbevl(y, &K1_A);
+        l * i1_near(x) + a / x
     } else {
-        let a = chbevl(cx, y, &K0_A);
-        let i0 = bessel_i0(cx, x, false);
-        let t = cx.mul(l, i0);
-        cx.sub(a, t)
+        let a = chbevl(y, &K0_A);
+        a - l * i0(x, false)
     };
-    let near = if scaled {
-        let e = cx.exp(x);
-        cx.mul(near, e)
-    } else {
-        near
-    };
-    let eight = k(cx, 8.0, x);
-    let z = cx.div(eight, x);
-    let z = cx.sub(z, two);
-    let b = chbevl(cx, z, if order1 { &K1_B } else { &K0_B });
-    let b = if scaled {
-        b
-    } else {
-        let nx = cx.neg(x);
-        let e = cx.exp(nx);
-        cx.mul(e, b)
-    };
-    let sq = cx.sqrt(x);
-    let far = cx.div(b, sq);
-    let is_near = cmp_k(cx, CmpDir::Le, x, 2.0);
-    let r = cx.select(is_near, near, far);
-    let nan = k(cx, f64::NAN, x);
-    let neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
-    let r = cx.select(neg, nan, r);
-    let inf = k(cx, f64::INFINITY, x);
-    let at0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
-    cx.select(at0, inf, r)
+    let near = if scaled { near * x.exp() } else { near };
+    let b = chbevl(8.0 / x - 2.0, if order1 { &K1_B } else { &K0_B });
+    let b = if scaled { b } else { (-x).exp() * b };
+    let far = b / x.sqrt();
+    let r = x.le(2.0).select(near, far);
+    let r = x.lt(0.0).select(f64::NAN, r);
+    x.eq(0.0).select(f64::INFINITY, r).v
 }
 
 /// The spherical Bessel function j0 = sin(x)/x: 0 at +-inf, a Taylor polynomial below 0.5.
 fn spherical_j0_values(cx: &mut Cx, x: Value) -> Value {
-    let f32_ = cx.dtype(x) != DType::F64;
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let f32_ = x.elem() != ElemType::F64;
     // PyTorch writes the coefficients as T(-1.0) / T(6.0) and so on: quotients rounded in T.
     let coef = |d: f64, sign: f64| {
         let q = if f32_ { (1.0f32 / d as f32) as f64 } else { 1.0 / d };
         sign * q
     };
-    let xx = cx.mul(x, x);
+    let xx = x * x;
     let dens = [6227020800.0, 39916800.0, 362880.0, 5040.0, 120.0, 6.0];
-    let mut acc = k(cx, coef(dens[0], 1.0), x);
+    let mut acc = x.k(coef(dens[0], 1.0));
     let mut sign = -1.0;
     for &d in &dens[1..] {
-        let t = cx.mul(xx, acc);
-        let c = k(cx, coef(d, sign), x);
-        acc = cx.add(c, t);
+        acc = coef(d, sign) + xx * acc;
         sign = -sign;
     }
-    let t = cx.mul(xx, acc);
-    let one_ = k(cx, 1.0, x);
-    let small = cx.add(one_, t);
-    let s = cx.sin(x);
-    let big = cx.div(s, x);
-    let ax = cx.abs(x);
-    let is_small = cmp_k(cx, CmpDir::Lt, ax, 0.5);
-    let r = cx.select(is_small, small, big);
-    let zero = k(cx, 0.0, x);
-    let inf = cmp_k(cx, CmpDir::Eq, ax, f64::INFINITY);
-    cx.select(inf, zero, r)
+    let small = 1.0 + xx * acc;
+    let big = x.sin() / x;
+    let ax = x.abs();
+    let r = ax.lt(0.5).select(small, big);
+    ax.eq(f64::INFINITY).select(0.0, r).v
 }
 
 /// Airy Ai (Cephes airy as PyTorch writes it): NaN at +-inf, 0 above 103.892, the asymptotic
 /// forms below -2.09 and from 2.09, and in between the Maclaurin series f(x) and g(x), summed
 /// (one while loop for the tensor) until each term is below epsilon relative to f.
 fn airy_ai_values(cx: &mut Cx, x: Value) -> Value {
-    let double = cx.dtype(x) == DType::F64;
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let double = x.elem() == ElemType::F64;
     let eps = if double { f64::EPSILON } else { f32::EPSILON as f64 };
-    let one_ = k(cx, 1.0, x);
-    let two = k(cx, 2.0, x);
-    let three = k(cx, 3.0, x);
-    let c_ai = k(cx, 5.64189583547756286948e-01, x);
+    let c_ai = 5.64189583547756286948e-01;
     // x < -2.09: with w = -2 x sqrt(-x) / 3 and z = 1/w.
-    let nx = cx.neg(x);
-    let sn = cx.sqrt(nx);
-    let m2 = k(cx, -2.0, x);
-    let w = cx.mul(m2, x);
-    let w = cx.mul(w, sn);
-    let w = cx.div(w, three);
-    let z = cx.div(one_, w);
-    let zz = cx.mul(z, z);
-    let afn = polevl(cx, zz, &AIRY_AFN);
-    let afd = polevl(cx, zz, &AIRY_AFD);
-    let agn = polevl(cx, zz, &AIRY_AGN);
-    let agd = polevl(cx, zz, &AIRY_AGD);
-    let qpi = k(cx, if double { 0.25 * std::f64::consts::PI } else { 0.25 * (std::f32::consts::PI as f64) }, x);
-    let t = cx.add(w, qpi);
-    let ssn = cx.sqrt(sn);
-    let lead = cx.div(c_ai, ssn);
-    let f = cx.mul(zz, afn);
-    let f = cx.div(f, afd);
-    let f = cx.add(one_, f);
-    let st = cx.sin(t);
-    let f = cx.mul(st, f);
-    let g = cx.mul(z, agn);
-    let g = cx.div(g, agd);
-    let ct = cx.cos(t);
-    let g = cx.mul(ct, g);
-    let d = cx.sub(f, g);
-    let neg_v = cx.mul(lead, d);
+    let sn = (-x).sqrt();
+    let w = -2.0 * x * sn / 3.0;
+    let z = 1.0 / w;
+    let zz = z * z;
+    let (afn, afd) = (polevl(zz, &AIRY_AFN), polevl(zz, &AIRY_AFD));
+    let (agn, agd) = (polevl(zz, &AIRY_AGN), polevl(zz, &AIRY_AGD));
+    let t = w + if double { 0.25 * std::f64::consts::PI } else { 0.25 * (std::f32::consts::PI as f64) };
+    let lead = c_ai / sn.sqrt();
+    let f = t.sin() * (1.0 + zz * afn / afd);
+    let g = t.cos() * (z * agn / agd);
+    let neg_v = lead * (f - g);
     // x >= 2.09: zeta = 2 x sqrt(x) / 3.
-    let sx = cx.sqrt(x);
-    let zeta = cx.mul(two, x);
-    let zeta = cx.mul(zeta, sx);
-    let zeta = cx.div(zeta, three);
-    let iz = cx.div(one_, zeta);
-    let an = polevl(cx, iz, &AIRY_AN);
-    let ad = polevl(cx, iz, &AIRY_AD);
-    let r = cx.div(an, ad);
-    let r = cx.mul(c_ai, r);
-    let ssx = cx.sqrt(sx);
-    let den = cx.mul(two, ssx);
-    let ez = cx.exp(zeta);
-    let den = cx.mul(den, ez);
-    let pos_v = cx.div(r, den);
+    let sx = x.sqrt();
+    let zeta = 2.0 * x * sx / 3.0;
+    let iz = 1.0 / zeta;
+    let r = c_ai * (polevl(iz, &AIRY_AN) / polevl(iz, &AIRY_AD));
+    let pos_v = r / (2.0 * sx.sqrt() * zeta.exp());
     // In between: f = sum z^k / (3k)! * (1 4 ... (3k-2)), g likewise, with z = x^3.
-    let below = cmp_k(cx, CmpDir::Lt, x, -2.09);
-    let above = cmp_k(cx, CmpDir::Ge, x, 2.09);
-    let outside = cx.or(below, above);
-    let series = cx.not(outside);
-    let xx = cx.mul(x, x);
-    let z3 = cx.mul(xx, x);
-    let zero_i = cx.constant_i64(0, ElemType::I64);
-    let s = cx.while_loop(
-        &[zero_i, one_, x, one_, x, series],
-        |b, v| loop_more(b, v[0], v[5], 1000),
-        |b, v| {
-            let (j, m, n, f, g, active) = (v[0], v[1], v[2], v[3], v[4], v[5]);
-            // k runs 1 + 3j before this step: the divisors are 3j + 2, 3j + 3, 3j + 4.
-            let three_i = b.constant_i64(3, ElemType::I64);
-            let j3 = b.mul(j, three_i);
-            let mut kv = [m; 3];
-            for (i, slot) in kv.iter_mut().enumerate() {
-                let c = b.constant_i64(2 + i as i64, ElemType::I64);
-                let t = b.add(j3, c);
-                *slot = count_like(b, t, m);
-            }
-            let m1 = b.mul(m, z3);
-            let m1 = b.div(m1, kv[0]);
-            let n1 = b.mul(n, z3);
-            let n1 = b.div(n1, kv[1]);
-            let m1 = b.div(m1, kv[1]);
-            let f1 = b.add(f, m1);
-            let n1 = b.div(n1, kv[2]);
-            let g1 = b.add(g, n1);
-            let t = b.div(m1, f1);
-            let t = b.abs(t);
-            let ev = bk(b, eps, m);
-            let go_on = b.compare(CmpDir::Gt, t, ev);
-            let st = select_all(b, active, &[m1, n1, f1, g1], &[m, n, f, g]);
-            let active = b.and(active, go_on);
-            let j = next_count(b, j);
-            vec![j, st[0], st[1], st[2], st[3], active]
-        },
-    );
-    let c1 = k(cx, 0.355028053887817239260, x);
-    let c2 = k(cx, 0.258819403792806798405, x);
-    let a = cx.mul(c1, s[3]);
-    let b = cx.mul(c2, s[4]);
-    let mid = cx.sub(a, b);
-    let r = cx.select(above, pos_v, mid);
-    let r = cx.select(below, neg_v, r);
-    let zero = k(cx, 0.0, x);
-    let far = cmp_k(cx, CmpDir::Gt, x, 103.892);
-    let r = cx.select(far, zero, r);
-    let nan = k(cx, f64::NAN, x);
-    let ax = cx.abs(x);
-    let inf = cmp_k(cx, CmpDir::Eq, ax, f64::INFINITY);
-    cx.select(inf, nan, r)
+    let below = x.lt(-2.09);
+    let above = x.ge(2.09);
+    let series = !(below | above);
+    let z3 = (x * x * x).v;
+    let one_ = x.k(1.0).v;
+    let zero_i = e.with(|b| b.constant_i64(0, ElemType::I64));
+    let s = e.with(|b| {
+        b.while_loop(
+            &[zero_i, one_, x.v, one_, x.v, series.v],
+            |b, v| loop_more(b, v[0], v[5], 1000),
+            |b, v| {
+                let e = Ex::new(b);
+                let [j, m, n, f, g, active] = e.all([v[0], v[1], v[2], v[3], v[4], v[5]]);
+                let z3 = e.of(z3);
+                // k runs 1 + 3j before this step: the divisors are 3j + 2, 3j + 3, 3j + 4.
+                let j3 = j * 3i64;
+                let kv = [2i64, 3, 4].map(|c| (j3 + c).cast(m.elem()).splat(&m.dims()));
+                let m1 = m * z3 / kv[0];
+                let n1 = n * z3 / kv[1];
+                let m1 = m1 / kv[1];
+                let f1 = f + m1;
+                let n1 = n1 / kv[2];
+                let g1 = g + n1;
+                let go_on = (m1 / f1).abs().gt(eps);
+                let st = e.with(|b| select_all(b, active.v, &[m1.v, n1.v, f1.v, g1.v], &[m.v, n.v, f.v, g.v]));
+                let active = active & go_on;
+                let j = e.with(|b| next_count(b, j.v));
+                vec![j, st[0], st[1], st[2], st[3], active.v]
+            },
+        )
+    });
+    let mid = 0.355028053887817239260 * e.of(s[3]) - 0.258819403792806798405 * e.of(s[4]);
+    let r = above.select(pos_v, mid);
+    let r = below.select(neg_v, r);
+    let r = x.gt(103.892).select(0.0, r);
+    x.abs().eq(f64::INFINITY).select(f64::NAN, r).v
 }
 
 // ---- kaiser_window ------------------------------------------------------------------------------------
@@ -626,15 +480,10 @@ fn kaiser_window(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // PyTorch's kernel gets arange's values in the window's dtype.
     let k = crate::blocks::round16::round_to(cx, k, dt);
     let alpha = cx.full((len - 1) as f64 / 2.0, acc, &[n]);
-    let r = cx.sub(k, alpha);
-    let r = cx.div(r, alpha);
-    let r2 = cx.mul(r, r);
-    let one_ = cx.full(1.0, acc, &[n]);
-    let t = cx.sub(one_, r2);
-    let t = cx.sqrt(t);
-    let t = cx.mul(beta, t);
-    let num = bessel_i0(cx, t, false);
-    let den = bessel_i0(cx, beta, false);
-    let w = cx.div(num, den);
+    let e = Ex::new(cx);
+    let [k, alpha, beta] = e.all([k, alpha, beta]);
+    let r = (k - alpha) / alpha;
+    let t = beta * (1.0 - r * r).sqrt();
+    let w = (i0(t, false) / i0(beta, false)).v;
     one(cx.cast(w, dt))
 }

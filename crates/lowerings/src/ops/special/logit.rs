@@ -5,8 +5,8 @@ use crate::cx::Cx;
 use crate::dtype::{result_type, DType};
 use crate::error::Result;
 use crate::{check, one, Out, op, Op};
-use super::{float_binary, float_result, float_unary, is_nan, k, no_complex};
-use stablehlo::{CmpDir, Value};
+use super::{float_binary, float_result, float_unary, no_complex};
+use stablehlo::{Ex, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("logit", logit),
@@ -38,19 +38,13 @@ fn logit(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let v = cx.cast(x.v, dt);
     let dims = cx.dims(v);
     let eps = logit_eps(cx, args, dt, &dims)?;
-    let one_ = k(cx, 1.0, v);
-    let hi = cx.sub(one_, eps);
-    let c = cx.max(v, eps);
-    let c = cx.min(c, hi);
+    let e = Ex::new(cx);
+    let [v, eps] = e.all([v, eps]);
+    let c = v.max(eps).min(1.0 - eps);
     // NaN stays NaN through the clamp, as std::min/max in PyTorch's kernel.
-    let nan = is_nan(cx, v);
-    let c = cx.select(nan, v, c);
-    let zero = k(cx, 0.0, v);
-    let no_clamp = cx.compare(CmpDir::Lt, eps, zero);
-    let z = cx.select(no_clamp, v, c);
-    let d = cx.sub(one_, z);
-    let q = cx.div(z, d);
-    let r = cx.log(q);
+    let c = v.ne(v).select(v, c);
+    let z = eps.lt(0.0).select(v, c);
+    let r = (z / (1.0 - z)).ln().v;
     one(cx.cast(r, dt))
 }
 
@@ -68,31 +62,15 @@ fn logit_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (gv, xv) = (vs[0], vs[1]);
     let dims = cx.dims(xv);
     let eps = logit_eps(cx, args, acc, &dims)?;
-    let one_ = k(cx, 1.0, xv);
-    let zero = k(cx, 0.0, xv);
-    let omx = cx.sub(one_, xv);
-    let den = cx.mul(xv, omx);
-    let plain = cx.div(gv, den);
+    let e = Ex::new(cx);
+    let [g, x, eps] = e.all([gv, xv, eps]);
+    let plain = g / (x * (1.0 - x));
     // With eps: zero outside [eps, 1 - eps].
-    let hi = cx.sub(one_, eps);
-    let below = cx.compare(CmpDir::Lt, xv, eps);
-    let above = cx.compare(CmpDir::Gt, xv, hi);
-    let outside = cx.or(below, above);
-    let clamped = cx.select(outside, zero, plain);
+    let clamped = (x.lt(eps) | x.gt(1.0 - eps)).select(0.0, plain);
     // Without: NaN outside [0, 1], grad * inf at the ends.
-    let nanv = k(cx, f64::NAN, xv);
-    let inf = k(cx, f64::INFINITY, xv);
-    let ginf = cx.mul(gv, inf);
-    let at0 = cx.compare(CmpDir::Eq, xv, zero);
-    let at1 = cx.compare(CmpDir::Eq, xv, one_);
-    let ends = cx.or(at0, at1);
-    let free = cx.select(ends, ginf, plain);
-    let lo0 = cx.compare(CmpDir::Lt, xv, zero);
-    let hi1 = cx.compare(CmpDir::Gt, xv, one_);
-    let out01 = cx.or(lo0, hi1);
-    let free = cx.select(out01, nanv, free);
-    let no_eps = cx.compare(CmpDir::Lt, eps, zero);
-    let r = cx.select(no_eps, free, clamped);
+    let free = (x.eq(0.0) | x.eq(1.0)).select(g * f64::INFINITY, plain);
+    let free = (x.lt(0.0) | x.gt(1.0)).select(f64::NAN, free);
+    let r = eps.lt(0.0).select(free, clamped).v;
     one(cx.cast(r, dt))
 }
 
@@ -100,30 +78,22 @@ fn logit_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// special_xlog1py = x * log1p(y). Either side may be a Python number.
 fn xlog(cx: &mut Cx, args: &Args, log1p: bool) -> Result<Vec<Out>> {
     float_binary(cx, args, "self", "other", |cx, x, y| {
-        let l = if log1p { cx.log1p(y) } else { cx.log(y) };
-        let p = cx.mul(x, l);
-        let zero = k(cx, 0.0, x);
-        let x0 = cx.compare(CmpDir::Eq, x, zero);
-        let r = cx.select(x0, zero, p);
-        let yn = is_nan(cx, y);
-        let nan = k(cx, f64::NAN, x);
-        cx.select(yn, nan, r)
+        let e = Ex::new(cx);
+        let [x, y] = e.all([x, y]);
+        let p = x * if log1p { y.ln_1p() } else { y.ln() };
+        let r = x.eq(0.0).select(0.0, p);
+        y.ne(y).select(f64::NAN, r).v
     })
 }
 
 /// special_entr: -x log x for x > 0, 0 at 0, -inf below, NaN for NaN.
 fn entr(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     float_unary(cx, args, |cx, x| {
-        let l = cx.log(x);
-        let p = cx.mul(x, l);
-        let p = cx.neg(p);
-        let zero = k(cx, 0.0, x);
-        let ninf = k(cx, f64::NEG_INFINITY, x);
-        let pos = cx.compare(CmpDir::Gt, x, zero);
-        let is0 = cx.compare(CmpDir::Eq, x, zero);
-        let r = cx.select(is0, zero, ninf);
-        let r = cx.select(pos, p, r);
-        let nan = is_nan(cx, x);
-        cx.select(nan, x, r)
+        let e = Ex::new(cx);
+        let x = e.of(x);
+        let p = -(x * x.ln());
+        let r = x.eq(0.0).select(0.0, x.k(f64::NEG_INFINITY));
+        let r = x.gt(0.0).select(p, r);
+        x.ne(x).select(x, r).v
     })
 }

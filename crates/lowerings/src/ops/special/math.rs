@@ -7,8 +7,8 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check, one, Out, op, Op};
-use super::{bits_of, bk, cmp_k, float_result, float_unary, floats_only_binary, is_nan, k, no_complex, operands, pair};
-use stablehlo::{CmpDir, ElemType, TensorType, Value};
+use super::{bits_of, float_result, float_unary, floats_only_binary, no_complex, operands, pair};
+use stablehlo::{CmpDir, ElemType, Ex, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("sinc", |cx, a| float_unary(cx, a, sinc_values)),
@@ -39,13 +39,11 @@ pub(crate) const OPS: &[Op] = &[
 
 /// sinc(x) = sin(pi x) / (pi x), 1 at 0.
 fn sinc_values(cx: &mut Cx, x: Value) -> Value {
-    let pi = k(cx, std::f64::consts::PI, x);
-    let p = cx.mul(pi, x);
-    let s = cx.sin(p);
-    let r = cx.div(s, p);
-    let is0 = cmp_k(cx, CmpDir::Eq, x, 0.0);
-    let one_ = k(cx, 1.0, x);
-    cx.select(is0, one_, r)
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let p = std::f64::consts::PI * x;
+    let r = p.sin() / p;
+    x.eq(0.0).select(1.0, r).v
 }
 
 /// logaddexp(a, b) = m + log1p(exp(-|a - b|)) with m = max(a, b); equal infinities give
@@ -53,61 +51,30 @@ fn sinc_values(cx: &mut Cx, x: Value) -> Value {
 fn logaddexp(cx: &mut Cx, args: &Args, base2: bool) -> Result<Vec<Out>> {
     let kernel = if base2 { "logaddexp2_cpu" } else { "logaddexp_cpu" };
     floats_only_binary(cx, args, kernel, |cx, a, b| {
-        let m = cx.max(a, b);
-        let d = cx.sub(a, b);
-        let d = cx.abs(d);
-        let d = cx.neg(d);
-        let r = if base2 {
-            let e = cx.exp2(d);
-            let l = cx.log1p(e);
-            let inv_ln2 = k(cx, 1.0 / std::f64::consts::LN_2, a);
-            let l = cx.mul(l, inv_ln2);
-            cx.add(m, l)
-        } else {
-            let e = cx.exp(d);
-            let l = cx.log1p(e);
-            cx.add(m, l)
-        };
-        let inf = k(cx, f64::INFINITY, a);
-        let aa = cx.abs(a);
-        let a_inf = cx.compare(CmpDir::Eq, aa, inf);
-        let same = cx.compare(CmpDir::Eq, a, b);
-        let both = cx.and(a_inf, same);
-        let r = cx.select(both, a, r);
+        let e = Ex::new(cx);
+        let [a, b] = e.all([a, b]);
+        let m = a.max(b);
+        let d = -(a - b).abs();
+        let r = if base2 { m + d.exp2().ln_1p() * (1.0 / std::f64::consts::LN_2) } else { m + d.exp().ln_1p() };
+        let r = (a.abs().eq(f64::INFINITY) & a.eq(b)).select(a, r);
         // NaN in either operand propagates (max may drop it).
-        let an = is_nan(cx, a);
-        let r = cx.select(an, a, r);
-        let bn = is_nan(cx, b);
-        cx.select(bn, b, r)
+        let r = a.ne(a).select(a, r);
+        b.ne(b).select(b, r).v
     })
 }
 
 /// hypot(a, b) = sqrt(a^2 + b^2) without overflow: M sqrt(1 + (m/M)^2); inf wins over NaN.
 fn hypot(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     floats_only_binary(cx, args, "hypot_cpu", |cx, a, b| {
-        let aa = cx.abs(a);
-        let ab = cx.abs(b);
-        let big = cx.max(aa, ab);
-        let small = cx.min(aa, ab);
-        let q = cx.div(small, big);
-        let q2 = cx.mul(q, q);
-        let one_ = k(cx, 1.0, a);
-        let s = cx.add(one_, q2);
-        let s = cx.sqrt(s);
-        let r = cx.mul(big, s);
-        let zero = k(cx, 0.0, a);
-        let big0 = cx.compare(CmpDir::Eq, big, zero);
-        let r = cx.select(big0, zero, r);
-        let nan = k(cx, f64::NAN, a);
-        let an = is_nan(cx, a);
-        let bn = is_nan(cx, b);
-        let any_nan = cx.or(an, bn);
-        let r = cx.select(any_nan, nan, r);
-        let inf = k(cx, f64::INFINITY, a);
-        let ai = cx.compare(CmpDir::Eq, aa, inf);
-        let bi = cx.compare(CmpDir::Eq, ab, inf);
-        let any_inf = cx.or(ai, bi);
-        cx.select(any_inf, inf, r)
+        let e = Ex::new(cx);
+        let [a, b] = e.all([a, b]);
+        let (aa, ab) = (a.abs(), b.abs());
+        let big = aa.max(ab);
+        let q = aa.min(ab) / big;
+        let r = big * (1.0 + q * q).sqrt();
+        let r = big.eq(0.0).select(0.0, r);
+        let r = (a.ne(a) | b.ne(b)).select(f64::NAN, r);
+        (aa.eq(f64::INFINITY) | ab.eq(f64::INFINITY)).select(f64::INFINITY, r).v
     })
 }
 
@@ -154,10 +121,10 @@ fn fmax_fmin(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
     if !dt.is_float() {
         return one(m);
     }
-    let an = is_nan(cx, a);
-    let bn = is_nan(cx, b);
-    let m = cx.select(an, b, m);
-    one(cx.select(bn, a, m))
+    let e = Ex::new(cx);
+    let [a, b, m] = e.all([a, b, m]);
+    let m = a.ne(a).select(b, m);
+    one(b.ne(b).select(a, m).v)
 }
 
 /// heaviside(self, values): values where self == 0, else (self > 0); same dtypes only.
@@ -168,9 +135,11 @@ fn heaviside(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(x.dtype == v.dtype, Runtime, "heaviside is not yet implemented for tensors with different dtypes.");
     let vs = cx.broadcast_all(&[x.v, v.v])?;
     let (a, b) = (vs[0], vs[1]);
-    let zero = k(cx, 0.0, a);
-    let is0 = cx.compare(CmpDir::Eq, a, zero);
-    let pos = cx.compare(CmpDir::Gt, a, zero);
+    let (is0, pos) = {
+        let e = Ex::new(cx);
+        let a = e.of(a);
+        (a.eq(0.0).v, a.gt(0.0).v)
+    };
     let pos = cx.cast(pos, x.dtype);
     one(cx.select(is0, b, pos))
 }
@@ -193,11 +162,12 @@ fn frexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // Subnormals: scale into the normal range first.
     let min_normal = if double { f64::MIN_POSITIVE } else { f32::MIN_POSITIVE as f64 };
     let scale_bits = if double { 54 } else { 25 };
-    let av = cx.abs(v);
-    let sub = cmp_k(cx, CmpDir::Lt, av, min_normal);
-    let sc = k(cx, 2f64.powi(scale_bits), v);
-    let scaled = cx.mul(v, sc);
-    let w = cx.select(sub, scaled, v);
+    let (sub, w) = {
+        let e = Ex::new(cx);
+        let v = e.of(v);
+        let sub = v.abs().lt(min_normal);
+        (sub.v, sub.select(v * 2f64.powi(scale_bits), v).v)
+    };
     let off_v = cx.full(scale_bits as f64, DType::I32, &dims);
     let zero_i = cx.full(0.0, DType::I32, &dims);
     let off = cx.select(sub, off_v, zero_i);
@@ -218,11 +188,11 @@ fn frexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let eb = cx.b.splat_i64((bias - 1) << mant_bits, &uty);
     let mb = cx.or(mb, eb);
     let m = cx.bitcast_convert(mb, fe.elem());
-    let zero = k(cx, 0.0, v);
-    let is0 = cx.compare(CmpDir::Eq, v, zero);
-    let fin = cx.is_finite(v);
-    let nz = cx.not(is0);
-    let regular = cx.and(fin, nz);
+    let regular = {
+        let e = Ex::new(cx);
+        let v = e.of(v);
+        (v.is_finite() & !v.eq(0.0)).v
+    };
     let m = cx.select(regular, m, v);
     let e = cx.select(regular, e, zero_i);
     let m = cx.cast(m, x.dtype);
@@ -283,7 +253,7 @@ fn nan_to_num(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let ninf = cx.full(f64::NEG_INFINITY, x.dtype, &dims);
     let is_pos = cx.compare(CmpDir::Eq, x.v, inf);
     let is_neg = cx.compare(CmpDir::Eq, x.v, ninf);
-    let nan = is_nan(cx, x.v);
+    let nan = cx.compare(CmpDir::Ne, x.v, x.v);
     let r = cx.select(nan, nan_v, x.v);
     let r = cx.select(is_pos, pos_v, r);
     one(cx.select(is_neg, neg_v, r))
@@ -295,12 +265,10 @@ fn angle(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     no_complex(x.dtype, "angle")?;
     let dt = float_result(x.dtype);
     let v = cx.cast(x.v, dt);
-    let zero = k(cx, 0.0, v);
-    let pi = k(cx, std::f64::consts::PI, v);
-    let neg = cx.compare(CmpDir::Lt, v, zero);
-    let r = cx.select(neg, pi, zero);
-    let nan = is_nan(cx, v);
-    one(cx.select(nan, v, r))
+    let e = Ex::new(cx);
+    let v = e.of(v);
+    let r = v.lt(0.0).select(std::f64::consts::PI, v.k(0.0));
+    one(v.ne(v).select(v, r).v)
 }
 
 // ---- integer ops: gcd, lcm, shifts ---------------------------------------------------------------------
@@ -333,20 +301,15 @@ fn gcd_values(cx: &mut Cx, a: Value, b: Value) -> Value {
     let r = cx.while_loop(
         &[a, b],
         |bb, v| {
-            let z = bk(bb, 0.0, v[0]);
-            let nz = bb.compare(CmpDir::Ne, v[0], z);
+            let nz = Ex::new(bb).of(v[0]).ne(0.0).v;
             any_true(bb, nz)
         },
         |bb, v| {
-            let (a, b) = (v[0], v[1]);
-            let z = bk(bb, 0.0, a);
-            let o = bk(bb, 1.0, a);
-            let nz = bb.compare(CmpDir::Ne, a, z);
-            let sa = bb.select(nz, a, o);
-            let r = bb.rem(b, sa);
-            let na = bb.select(nz, r, a);
-            let nb = bb.select(nz, a, b);
-            vec![na, nb]
+            let e = Ex::new(bb);
+            let [a, b] = e.all([v[0], v[1]]);
+            let nz = a.ne(0.0);
+            let r = b % nz.select(a, 1.0);
+            vec![nz.select(r, a).v, nz.select(a, b).v]
         },
     );
     r[1]

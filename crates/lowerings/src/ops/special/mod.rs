@@ -17,7 +17,7 @@ use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
 use crate::{check, one, Out};
-use stablehlo::{Builder, CmpDir, ElemType, Value};
+use stablehlo::{Builder, CmpDir, ElemType, Value, E};
 
 // ---- operands and shared helpers ---------------------------------------------------------------
 
@@ -82,8 +82,8 @@ fn no_complex(d: DType, op: &str) -> Result<()> {
 /// The operand of a unary op: `self`, or `x` in the schemas that name it so
 /// (special_airy_ai, special_scaled_modified_bessel_k0, ...).
 fn unary_operand(args: &Args) -> Result<Tensor> {
-    match args.get("x") {
-        Some(Arg::Tensor(t)) if args.get("self").is_none() => Ok(*t),
+    match args.probe("x") {
+        Some(Arg::Tensor(t)) if args.probe("self").is_none() => Ok(*t),
         _ => args.tensor("self"),
     }
 }
@@ -138,10 +138,6 @@ fn k(cx: &mut Cx, x: f64, like: Value) -> Value {
     cx.full(x, dt, &dims)
 }
 
-fn is_nan(cx: &mut Cx, v: Value) -> Value {
-    cx.compare(CmpDir::Ne, v, v)
-}
-
 /// `a op b` against the constant `c`.
 fn cmp_k(cx: &mut Cx, dir: CmpDir, a: Value, c: f64) -> Value {
     let cv = k(cx, c, a);
@@ -149,32 +145,25 @@ fn cmp_k(cx: &mut Cx, dir: CmpDir, a: Value, c: f64) -> Value {
 }
 
 /// Horner evaluation of coeffs[0] x^n + ... + coeffs[n] (Cephes polevl).
-fn polevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
-    let mut r = k(cx, coeffs[0], x);
+fn polevl<'e>(x: E<'e>, coeffs: &[f64]) -> E<'e> {
+    let mut r = x.k(coeffs[0]);
     for &c in &coeffs[1..] {
-        r = cx.mul(r, x);
-        let cv = k(cx, c, x);
-        r = cx.add(r, cv);
+        r = r * x + c;
     }
     r
 }
 
 /// Clenshaw evaluation of a Chebyshev series (Cephes chbevl).
-fn chbevl(cx: &mut Cx, x: Value, coeffs: &[f64]) -> Value {
-    let mut b0 = k(cx, coeffs[0], x);
-    let mut b1 = k(cx, 0.0, x);
+fn chbevl<'e>(x: E<'e>, coeffs: &[f64]) -> E<'e> {
+    let mut b0 = x.k(coeffs[0]);
+    let mut b1 = x.k(0.0);
     let mut b2 = b1;
     for &c in &coeffs[1..] {
         b2 = b1;
         b1 = b0;
-        let t = cx.mul(x, b1);
-        let t = cx.sub(t, b2);
-        let cv = k(cx, c, x);
-        b0 = cx.add(t, cv);
+        b0 = x * b1 - b2 + c;
     }
-    let d = cx.sub(b0, b2);
-    let half = k(cx, 0.5, x);
-    cx.mul(half, d)
+    0.5 * (b0 - b2)
 }
 
 /// A constant of `x` shaped like `like` inside a region.

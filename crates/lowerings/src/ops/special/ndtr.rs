@@ -3,8 +3,8 @@
 use crate::{op, Op};
 use crate::cx::Cx;
 use crate::dtype::DType;
-use super::{cmp_k, float_unary_no16, is_nan, k, polevl};
-use stablehlo::{CmpDir, ElemType, TensorType, Value};
+use super::{float_unary_no16, polevl};
+use stablehlo::{ElemType, Ex, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("special_ndtri", |cx, a| float_unary_no16(cx, a, "ndtri_cpu", ndtri_values)),
@@ -38,58 +38,29 @@ fn ndtri_values(cx: &mut Cx, y0: Value) -> Value {
         1.34204006088543189037E-2, 3.28014464682127739104E-4, 2.89247864745380683936E-6, 6.79019408009981274425E-9,
     ];
     let exp_m2 = 0.13533528323661269189;
-    let one_ = k(cx, 1.0, y0);
+    let e = Ex::new(cx);
+    let y0 = e.of(y0);
     // Upper tail: work with 1 - y and negate at the end.
-    let upper = cmp_k(cx, CmpDir::Gt, y0, 1.0 - exp_m2);
-    let omy = cx.sub(one_, y0);
-    let y = cx.select(upper, omy, y0);
+    let upper = y0.gt(1.0 - exp_m2);
+    let y = upper.select(1.0 - y0, y0);
     // Central region |y - 0.5| <= 3/8.
-    let central = cmp_k(cx, CmpDir::Gt, y, exp_m2);
-    let half = k(cx, 0.5, y);
-    let yc = cx.sub(y, half);
-    let y2 = cx.mul(yc, yc);
-    let p = polevl(cx, y2, &P0);
-    let q = polevl(cx, y2, &Q0);
-    let t = cx.mul(y2, p);
-    let t = cx.div(t, q);
-    let t = cx.mul(yc, t);
-    let xc = cx.add(yc, t);
-    let s2pi = k(cx, 2.50662827463100050242E0, y);
-    let xc = cx.mul(xc, s2pi);
+    let central = y.gt(exp_m2);
+    let yc = y - 0.5;
+    let y2 = yc * yc;
+    let xc = (yc + yc * (y2 * polevl(y2, &P0) / polevl(y2, &Q0))) * 2.50662827463100050242E0;
     // Tails.
-    let l = cx.log(y);
-    let m2 = k(cx, -2.0, y);
-    let x = cx.mul(m2, l);
-    let x = cx.sqrt(x);
-    let lx = cx.log(x);
-    let lxx = cx.div(lx, x);
-    let x0 = cx.sub(x, lxx);
-    let z = cx.div(one_, x);
-    let p1 = polevl(cx, z, &P1);
-    let q1 = polevl(cx, z, &Q1);
-    let p2 = polevl(cx, z, &P2);
-    let q2 = polevl(cx, z, &Q2);
-    let near = cmp_k(cx, CmpDir::Lt, x, 8.0);
-    let pn = cx.select(near, p1, p2);
-    let qn = cx.select(near, q1, q2);
-    let x1 = cx.mul(z, pn);
-    let x1 = cx.div(x1, qn);
-    let xt = cx.sub(x0, x1);
-    let xt_neg = cx.neg(xt);
-    let xt = cx.select(upper, xt, xt_neg);
-    let r = cx.select(central, xc, xt);
+    let x = (-2.0 * y.ln()).sqrt();
+    let x0 = x - x.ln() / x;
+    let z = 1.0 / x;
+    let (p1, q1, p2, q2) = (polevl(z, &P1), polevl(z, &Q1), polevl(z, &P2), polevl(z, &Q2));
+    let near = x.lt(8.0);
+    let xt = x0 - z * near.select(p1, p2) / near.select(q1, q2);
+    let xt = upper.select(xt, -xt);
+    let r = central.select(xc, xt);
     // Boundaries: -inf at 0, inf at 1, NaN outside [0, 1] (and for NaN).
-    let at0 = cmp_k(cx, CmpDir::Eq, y0, 0.0);
-    let at1 = cmp_k(cx, CmpDir::Eq, y0, 1.0);
-    let ninf = k(cx, f64::NEG_INFINITY, y0);
-    let inf = k(cx, f64::INFINITY, y0);
-    let nan = k(cx, f64::NAN, y0);
-    let ge0 = cmp_k(cx, CmpDir::Ge, y0, 0.0);
-    let le1 = cmp_k(cx, CmpDir::Le, y0, 1.0);
-    let inside = cx.and(ge0, le1);
-    let r = cx.select(inside, r, nan);
-    let r = cx.select(at1, inf, r);
-    cx.select(at0, ninf, r)
+    let r = (y0.ge(0.0) & y0.le(1.0)).select(r, f64::NAN);
+    let r = y0.eq(1.0).select(f64::INFINITY, r);
+    y0.eq(0.0).select(f64::NEG_INFINITY, r).v
 }
 
 /// The scaled complementary error function exp(x^2) erfc(x). For 0 <= x < 2 the product with
@@ -97,89 +68,47 @@ fn ndtri_values(cx: &mut Cx, y0: Value) -> Value {
 /// PyTorch beyond 50); below zero 2 exp(x^2) - erfcx(-x).
 fn erfcx_values(cx: &mut Cx, x: Value) -> Value {
     let dt = cx.dtype(x);
-    let ax = cx.abs(x);
+    let e = Ex::new(cx);
+    let x = e.of(x);
+    let ax = x.abs();
     // Split |x| = hi + lo with hi holding the top half of the mantissa bits.
     let (bits_elem, mask) = if dt == DType::F64 { (ElemType::U64, !0x3ff_ffffi64) } else { (ElemType::U32, !0xfffi64) };
-    let bits = cx.bitcast_convert(ax, bits_elem);
-    let ty = TensorType::new(bits_elem, &cx.dims(x));
-    let m = cx.b.splat_i64(mask, &ty);
-    let hb = cx.and(bits, m);
-    let hi = cx.bitcast_convert(hb, dt.elem());
-    let lo = cx.sub(ax, hi);
-    let hh = cx.mul(hi, hi);
-    let e1 = cx.exp(hh);
-    let two = k(cx, 2.0, x);
-    let t = cx.mul(two, hi);
-    let t = cx.mul(t, lo);
-    let ll = cx.mul(lo, lo);
-    let t = cx.add(t, ll);
-    let e2 = cx.exp(t);
-    let ex2 = cx.mul(e1, e2);
-    let erfc = cx.chlo("erfc", &[ax]);
-    let small = cx.mul(ex2, erfc);
+    let bits = e.of(e.with(|b| b.bitcast_convert(ax.v, bits_elem)));
+    let hb = (bits & mask).v;
+    let hi = e.of(e.with(|b| b.bitcast_convert(hb, dt.elem())));
+    let lo = ax - hi;
+    let ex2 = (hi * hi).exp() * (2.0 * hi * lo + lo * lo).exp();
+    let small = ex2 * ax.chlo("erfc");
     // Continued fraction 1/sqrt(pi) / (x + (1/2)/(x + 1/(x + (3/2)/(x + ...)))).
     let ispi = 0.56418958354775628694807945156;
     let mut t = ax;
     for i in (1..=20).rev() {
-        let c = k(cx, i as f64 / 2.0, x);
-        let q = cx.div(c, t);
-        t = cx.add(ax, q);
+        t = ax + (i as f64 / 2.0) / t;
     }
-    let ispi_v = k(cx, ispi, x);
-    let cf = cx.div(ispi_v, t);
+    let cf = ispi / t;
     // Beyond 50: ispi (x^2 (x^2 + 4.5) + 2) / (x (x^2 (x^2 + 5) + 3.75)).
-    let x2 = cx.mul(ax, ax);
-    let c45 = k(cx, 4.5, x);
-    let n = cx.add(x2, c45);
-    let n = cx.mul(x2, n);
-    let n = cx.add(n, two);
-    let n = cx.mul(ispi_v, n);
-    let c5 = k(cx, 5.0, x);
-    let d = cx.add(x2, c5);
-    let d = cx.mul(x2, d);
-    let c375 = k(cx, 3.75, x);
-    let d = cx.add(d, c375);
-    let d = cx.mul(ax, d);
-    let far = cx.div(n, d);
-    let huge = cmp_k(cx, CmpDir::Gt, ax, 5e7);
-    let one_term = cx.div(ispi_v, ax);
-    let far = cx.select(huge, one_term, far);
-    let is_small = cmp_k(cx, CmpDir::Lt, ax, 2.0);
-    let is_far = cmp_k(cx, CmpDir::Gt, ax, 50.0);
-    let pos = cx.select(is_small, small, cf);
-    let pos = cx.select(is_far, far, pos);
+    let x2 = ax * ax;
+    let far = ispi * (x2 * (x2 + 4.5) + 2.0) / (ax * (x2 * (x2 + 5.0) + 3.75));
+    let far = ax.gt(5e7).select(ispi / ax, far);
+    let pos = ax.lt(2.0).select(small, cf);
+    let pos = ax.gt(50.0).select(far, pos);
     // x < 0: 2 exp(x^2) - erfcx(-x), computed like PyTorch (x*x rounded, then exp).
-    let xx = cx.mul(x, x);
-    let ex = cx.exp(xx);
-    let ex = cx.mul(two, ex);
-    let below = cmp_k(cx, CmpDir::Lt, x, -6.1);
-    let negv = cx.sub(ex, pos);
-    let negv = cx.select(below, ex, negv);
-    let very = cmp_k(cx, CmpDir::Lt, x, -26.7);
-    let inf = k(cx, f64::INFINITY, x);
-    let negv = cx.select(very, inf, negv);
-    let is_neg = cmp_k(cx, CmpDir::Lt, x, 0.0);
-    let r = cx.select(is_neg, negv, pos);
-    let nan = is_nan(cx, x);
-    cx.select(nan, x, r)
+    let ex = 2.0 * (x * x).exp();
+    let negv = x.lt(-6.1).select(ex, ex - pos);
+    let negv = x.lt(-26.7).select(f64::INFINITY, negv);
+    let r = x.lt(0.0).select(negv, pos);
+    x.ne(x).select(x, r).v
 }
 
 /// log of the standard normal CDF: log(erfcx(-t) / 2) - t^2 below -1, else
 /// log1p(-erfc(t) / 2), with t = x / sqrt(2).
 fn log_ndtr_values(cx: &mut Cx, x: Value) -> Value {
-    let s = k(cx, std::f64::consts::FRAC_1_SQRT_2, x);
-    let t = cx.mul(x, s);
-    let nt = cx.neg(t);
-    let e = erfcx_values(cx, nt);
-    let half = k(cx, 0.5, x);
-    let e = cx.mul(e, half);
-    let l = cx.log(e);
-    let tt = cx.mul(t, t);
-    let low = cx.sub(l, tt);
-    let c = cx.chlo("erfc", &[t]);
-    let c = cx.mul(c, half);
-    let c = cx.neg(c);
-    let high = cx.log1p(c);
-    let below = cmp_k(cx, CmpDir::Lt, x, -1.0);
-    cx.select(below, low, high)
+    let t = (Ex::new(cx).of(x) * std::f64::consts::FRAC_1_SQRT_2).v;
+    let nt = (-Ex::new(cx).of(t)).v;
+    let ec = erfcx_values(cx, nt);
+    let e = Ex::new(cx);
+    let [x, t, ec] = e.all([x, t, ec]);
+    let low = (ec * 0.5).ln() - t * t;
+    let high = (-(t.chlo("erfc") * 0.5)).ln_1p();
+    x.lt(-1.0).select(low, high).v
 }
