@@ -115,6 +115,8 @@ const FAMILIES: &[&[Op]] = &[
 /// Every declared op by base name.
 pub struct Registry {
     map: HashMap<&'static str, &'static Op>,
+    /// Which family table (index in FAMILIES) declares each name.
+    family: HashMap<&'static str, usize>,
 }
 
 impl Registry {
@@ -128,6 +130,12 @@ impl Registry {
         v
     }
 
+    /// The names declared in the same family table as `base` (itself included).
+    pub fn family_names(&self, base: &str) -> Vec<&'static str> {
+        let Some(&family) = self.family.get(base) else { return Vec::new() };
+        FAMILIES[family].iter().flat_map(|d| d.names.iter()).collect()
+    }
+
     /// Every declaration, each once.
     pub fn declarations(&self) -> impl Iterator<Item = &'static Op> {
         FAMILIES.iter().flat_map(|family| family.iter())
@@ -139,13 +147,17 @@ pub fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
         let mut map = HashMap::new();
-        for decl in FAMILIES.iter().flat_map(|family| family.iter()) {
-            for name in decl.names.iter() {
-                let old = map.insert(name, decl);
-                assert!(old.is_none(), "lowering {name} declared twice");
+        let mut family = HashMap::new();
+        for (index, table) in FAMILIES.iter().enumerate() {
+            for decl in table.iter() {
+                for name in decl.names.iter() {
+                    let old = map.insert(name, decl);
+                    assert!(old.is_none(), "lowering {name} declared twice");
+                    family.insert(name, index);
+                }
             }
         }
-        Registry { map }
+        Registry { map, family }
     })
 }
 

@@ -48,8 +48,9 @@ fn by_base() -> &'static HashMap<String, HashSet<String>> {
     })
 }
 
-/// The names the lowering of `op` may read: those of every op declared with the same lowering
-/// function. None for an op that is not an aten op with a lowering.
+/// The names the lowering of `op` may read: those of every op declared in the same family table
+/// (a family's lowerings share helpers that read the names of their sibling ops, like
+/// upsampling's align_corners). None for an op that is not an aten op with a lowering.
 fn names_for(op: &str) -> Option<Arc<HashSet<String>>> {
     static CACHE: OnceLock<Mutex<HashMap<String, Option<Arc<HashSet<String>>>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
@@ -57,19 +58,15 @@ fn names_for(op: &str) -> Option<Arc<HashSet<String>>> {
         return hit.clone();
     }
     let registry = lowerings::registry();
-    let found = registry.get(op).and_then(|lowering| {
-        let mut names = HashSet::new();
-        let mut any = false;
-        for other in registry.names() {
-            if registry.get(other).is_some_and(|l| l.f as usize == lowering.f as usize) {
-                if let Some(known) = by_base().get(other) {
-                    names.extend(known.iter().cloned());
-                    any = true;
-                }
-            }
+    let mut names = HashSet::new();
+    let mut any = false;
+    for other in registry.family_names(op) {
+        if let Some(known) = by_base().get(other) {
+            names.extend(known.iter().cloned());
+            any = true;
         }
-        any.then(|| Arc::new(names))
-    });
+    }
+    let found = any.then(|| Arc::new(names));
     cache.lock().unwrap().insert(op.to_string(), found.clone());
     found
 }
