@@ -162,6 +162,12 @@ impl<'e> E<'e> {
         self.wrap(v)
     }
 
+    /// The builder behind this value, for operations this layer does not name (loops,
+    /// reductions); build no expressions inside `f`.
+    pub fn with<R>(&self, f: impl FnOnce(&mut Builder) -> R) -> R {
+        f(&mut self.b())
+    }
+
     pub fn exp(self) -> E<'e> {
         self.unary(Builder::exp)
     }

@@ -17,7 +17,7 @@ use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
 use crate::{check, one, Out};
-use stablehlo::{Builder, CmpDir, ElemType, Value, E};
+use stablehlo::{ElemType, Value, E};
 
 // ---- operands and shared helpers ---------------------------------------------------------------
 
@@ -132,18 +132,6 @@ fn floats_only_binary(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mu
     one(cx.cast(r, dt))
 }
 
-/// The constant `x` with the dtype and dims of `like`.
-fn k(cx: &mut Cx, x: f64, like: Value) -> Value {
-    let (dt, dims) = (cx.dtype(like), cx.dims(like));
-    cx.full(x, dt, &dims)
-}
-
-/// `a op b` against the constant `c`.
-fn cmp_k(cx: &mut Cx, dir: CmpDir, a: Value, c: f64) -> Value {
-    let cv = k(cx, c, a);
-    cx.compare(dir, a, cv)
-}
-
 /// Horner evaluation of coeffs[0] x^n + ... + coeffs[n] (Cephes polevl).
 fn polevl<'e>(x: E<'e>, coeffs: &[f64]) -> E<'e> {
     let mut r = x.k(coeffs[0]);
@@ -164,18 +152,6 @@ fn chbevl<'e>(x: E<'e>, coeffs: &[f64]) -> E<'e> {
         b0 = x * b1 - b2 + c;
     }
     0.5 * (b0 - b2)
-}
-
-/// A constant of `x` shaped like `like` inside a region.
-fn bk(b: &mut Builder, x: f64, like: Value) -> Value {
-    let ty = b.ty(like).clone();
-    b.splat_f64(x, &ty)
-}
-
-/// The 0-d int64 `i` as a float shaped like `like` (a series' term number).
-fn count_like(b: &mut Builder, i: Value, like: Value) -> Value {
-    let f = b.convert(i, b.elem(like));
-    b.broadcast_in_dim(f, &b.dims(like).to_vec(), &[])
 }
 
 /// The unsigned integer type with the bit width of a float type.
