@@ -14,7 +14,7 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::{check, one, Out, op, Op};
-use stablehlo::{Builder, CmpDir, ElemType, RngAlgorithm, TensorType, Value};
+use stablehlo::{Builder, CmpDir, ElemType, Ex, RngAlgorithm, TensorType, Value, E};
 
 pub(crate) const OPS: &[Op] = &[
     // Their float parameters are validated (lambda > 0, 0 < p < 1, ...), so their values are
@@ -47,12 +47,9 @@ fn uniform_open(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (V
     let (next, bits) = b.rng_bit_generator(RngAlgorithm::ThreeFry, state, &ty);
     let sh = b.splat_i64(shift, &ty);
     let m = b.shift_right_logical(bits, sh);
-    let f = b.convert(m, float_elem);
-    let fty = TensorType::new(float_elem, dims);
-    let half = b.splat_f64(0.5, &fty);
-    let f = b.add(f, half);
-    let scale = b.splat_f64(2f64.powi(-mant), &fty);
-    (next, b.mul(f, scale))
+    let e = Ex::new(b);
+    let u = (e.of(m).cast(float_elem) + 0.5) * 2f64.powi(-mant);
+    (next, u.v)
 }
 
 /// Two open uniforms of `dims` per element from one draw of [2, dims], and the next state.
@@ -75,14 +72,10 @@ fn uniform_pair(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (V
 /// Standard normal floats (Box-Muller on two open uniforms) and the next state.
 fn standard_normal(b: &mut Builder, state: Value, dims: &[i64], double: bool) -> (Value, Value) {
     let (next, u1, u2) = uniform_pair(b, state, dims, double);
-    let l = b.log(u1);
-    let m2 = b.splat_f64(-2.0, &b.ty(l).clone());
-    let rr = b.mul(l, m2);
-    let rr = b.sqrt(rr);
-    let tau = b.splat_f64(std::f64::consts::TAU, &b.ty(l).clone());
-    let th = b.mul(u2, tau);
-    let c = b.cos(th);
-    (next, b.mul(rr, c))
+    let e = Ex::new(b);
+    let [u1, u2] = e.all([u1, u2]);
+    let z = (u1.ln() * -2.0).sqrt() * (u2 * std::f64::consts::TAU).cos();
+    (next, z.v)
 }
 
 /// The tensor an in-place fill writes: `self`.
@@ -99,12 +92,11 @@ fn float_param(args: &Args, name: &str, default: f64) -> Result<f64> {
     })
 }
 
-/// The f32/f64 compute type of a random fill of `d`, and the draw.
-fn draw_uniform(cx: &mut Cx, args: &Args, dims: &[i64], d: DType) -> Result<(DType, Value)> {
+/// The draw of a random fill of `d`: open uniforms in f64 for f64, else in f32.
+fn draw_uniform(cx: &mut Cx, args: &Args, dims: &[i64], d: DType) -> Result<Value> {
     let state = args.generator("generator")?;
-    let double = d == DType::F64;
-    let (_, u) = uniform_open(&mut cx.b, state, dims, double);
-    Ok((if double { DType::F64 } else { DType::F32 }, u))
+    let (_, u) = uniform_open(&mut cx.b, state, dims, d == DType::F64);
+    Ok(u)
 }
 
 /// The check of the gamma family's CPU kernels: float32 and float64 only.
@@ -133,10 +125,8 @@ fn exponential(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(lambd > 0.0, Runtime, "exponential_ expects lambda > 0.0, but found lambda={}", lambd);
     continuous_check(&x, "Exponential", |d| d.torch_name())?;
     let dims = cx.dims(x.v);
-    let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
-    let l = cx.log(u);
-    let k = cx.full(-1.0 / lambd, acc, &dims);
-    let v = cx.mul(l, k);
+    let u = draw_uniform(cx, args, &dims, x.dtype)?;
+    let v = (Ex::new(cx).of(u).ln() * (-1.0 / lambd)).v;
     one(cx.cast(v, x.dtype))
 }
 
@@ -148,13 +138,8 @@ fn geometric(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(p > 0.0 && p < 1.0, Runtime, "geometric_ expects p to be in (0, 1), but got p={}", p);
     check!(!x.dtype.is_complex(), NotImplemented, "geometric_: complex tensors are not supported on tpu yet");
     let dims = cx.dims(x.v);
-    let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
-    let l = cx.log(u);
-    let k = cx.full(1.0 / (-p).ln_1p(), acc, &dims);
-    let v = cx.mul(l, k);
-    let v = cx.ceil(v);
-    let one_ = cx.full(1.0, acc, &dims);
-    let v = cx.max(v, one_);
+    let u = draw_uniform(cx, args, &dims, x.dtype)?;
+    let v = (Ex::new(cx).of(u).ln() * (1.0 / (-p).ln_1p())).ceil().max(1.0).v;
     one(cx.cast(v, x.dtype))
 }
 
@@ -167,14 +152,8 @@ fn log_normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(x.dtype.is_float(), NotImplemented, "\"log_normal_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let dims = cx.dims(x.v);
     let state = args.generator("generator")?;
-    let double = x.dtype == DType::F64;
-    let acc = if double { DType::F64 } else { DType::F32 };
-    let (_, z) = standard_normal(&mut cx.b, state, &dims, double);
-    let s = cx.full(std, acc, &dims);
-    let m = cx.full(mean, acc, &dims);
-    let v = cx.mul(z, s);
-    let v = cx.add(v, m);
-    let v = cx.exp(v);
+    let (_, z) = standard_normal(&mut cx.b, state, &dims, x.dtype == DType::F64);
+    let v = (Ex::new(cx).of(z) * std + mean).exp().v;
     one(cx.cast(v, x.dtype))
 }
 
@@ -186,16 +165,8 @@ fn cauchy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(sigma > 0.0, Runtime, "cauchy_ expects sigma > 0.0, but found sigma={}", sigma);
     continuous_check(&x, "Cauchy", crate::blocks::type_names::cpp_type_name)?;
     let dims = cx.dims(x.v);
-    let (acc, u) = draw_uniform(cx, args, &dims, x.dtype)?;
-    let half = cx.full(0.5, acc, &dims);
-    let t = cx.sub(u, half);
-    let pi = cx.full(std::f64::consts::PI, acc, &dims);
-    let t = cx.mul(t, pi);
-    let t = cx.tan(t);
-    let s = cx.full(sigma, acc, &dims);
-    let m = cx.full(median, acc, &dims);
-    let v = cx.mul(t, s);
-    let v = cx.add(v, m);
+    let u = draw_uniform(cx, args, &dims, x.dtype)?;
+    let v = (((Ex::new(cx).of(u) - 0.5) * std::f64::consts::PI).tan() * sigma + median).v;
     one(cx.cast(v, x.dtype))
 }
 
@@ -214,205 +185,114 @@ fn poisson(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let acc = if double { DType::F64 } else { DType::F32 };
     let lam = cx.cast(x.v, acc);
     let state = args.generator("generator")?;
-    let zero = cx.full(0.0, acc, &dims);
-    let one_ = cx.full(1.0, acc, &dims);
-    let ten = cx.full(10.0, acc, &dims);
-    let big = cx.compare(CmpDir::Ge, lam, ten);
+    let e = Ex::new(cx);
+    let lam = e.of(lam);
+    let big = lam.ge(10.0);
     // exp(-lambda) for the product method; PTRS constants for the large rates.
-    let nl = cx.neg(lam);
-    let enlam = cx.exp(nl);
-    let sl = cx.sqrt(lam);
-    let c = |cx: &mut Cx, v: f64| cx.full(v, acc, &dims);
-    let k253 = c(cx, 2.53);
-    let bb = cx.mul(k253, sl);
-    let k0931 = c(cx, 0.931);
-    let bb = cx.add(bb, k0931);
-    let k02483 = c(cx, 0.02483);
-    let a = cx.mul(k02483, bb);
-    let k0059 = c(cx, 0.059);
-    let a = cx.sub(a, k0059);
-    let k34 = c(cx, 3.4);
-    let t = cx.sub(bb, k34);
-    let k11328 = c(cx, 1.1328);
-    let t = cx.div(k11328, t);
-    let k11239 = c(cx, 1.1239);
-    let invalpha = cx.add(k11239, t);
-    let two = c(cx, 2.0);
-    let t = cx.sub(bb, two);
-    let k36224 = c(cx, 3.6224);
-    let t = cx.div(k36224, t);
-    let k09277 = c(cx, 0.9277);
-    let vr = cx.sub(k09277, t);
-    let loglam = cx.log(lam);
+    let enlam = (-lam).exp();
+    let bb = 2.53 * lam.sqrt() + 0.931;
+    let a = 0.02483 * bb - 0.059;
+    let invalpha = 1.1239 + 1.1328 / (bb - 3.4);
+    let vr = 0.9277 - 3.6224 / (bb - 2.0);
+    let loglam = lam.ln();
     // Rate 0 gives 0 at once. Rates PyTorch's CPU check rejects (negative, NaN) give NaN and
     // infinite rates infinity, without iterating.
-    let is0 = cx.compare(CmpDir::Eq, lam, zero);
-    let pos = cx.compare(CmpDir::Gt, lam, zero);
-    let fin = cx.is_finite(lam);
-    let regular = cx.and(pos, fin);
-    let irregular = cx.not(regular);
-    let done0 = cx.or(is0, irregular);
-    let it0 = cx.constant_i64(0, ElemType::I64);
-    let r = cx.while_loop(
-        &[state, zero, one_, done0, it0],
-        |b, v| {
-            let nd = b.not(v[3]);
-            loop_more(b, v[4], nd, MAX_TRIES)
-        },
-        |b, v| {
-            let (state, k, prod, done) = (v[0], v[1], v[2], v[3]);
-            let iters = next_count(b, v[4]);
-            let (state, u, vv) = uniform_pair(b, state, &dims, double);
-            let ty = b.ty(u).clone();
-            let kc = |b: &mut Builder, x: f64| b.splat_f64(x, &ty);
-            // Small rates: multiply uniforms until the product drops to exp(-lambda).
-            let prod1 = b.mul(prod, u);
-            let more = b.compare(CmpDir::Gt, prod1, enlam);
-            let o = kc(b, 1.0);
-            let k_small = b.add(k, o);
-            // Large rates: one PTRS attempt.
-            let h = kc(b, 0.5);
-            let uu = b.sub(u, h);
-            let au = b.abs(uu);
-            let us = b.sub(h, au);
-            let two = kc(b, 2.0);
-            let ta = b.mul(two, a);
-            let q = b.div(ta, us);
-            let q = b.add(q, bb);
-            let q = b.mul(q, uu);
-            let q = b.add(q, lam);
-            let c043 = kc(b, 0.43);
-            let q = b.add(q, c043);
-            let kk = b.floor(q);
-            let c007 = kc(b, 0.07);
-            let us_ok = b.compare(CmpDir::Ge, us, c007);
-            let v_ok = b.compare(CmpDir::Le, vv, vr);
-            let quick = b.and(us_ok, v_ok);
-            let z = kc(b, 0.0);
-            let kneg = b.compare(CmpDir::Lt, kk, z);
-            let c0013 = kc(b, 0.013);
-            let us_small = b.compare(CmpDir::Lt, us, c0013);
-            let v_big = b.compare(CmpDir::Gt, vv, us);
-            let edge = b.and(us_small, v_big);
-            let reject = b.or(kneg, edge);
-            let lv = b.log(vv);
-            let li = b.log(invalpha);
-            let uss = b.mul(us, us);
-            let t = b.div(a, uss);
-            let t = b.add(t, bb);
-            let lt = b.log(t);
-            let lhs = b.add(lv, li);
-            let lhs = b.sub(lhs, lt);
-            let kl = b.mul(kk, loglam);
-            let rhs = b.sub(kl, lam);
-            let k1 = b.add(kk, o);
-            let lg = b.chlo("lgamma", &[k1]);
-            let rhs = b.sub(rhs, lg);
-            let accept = b.compare(CmpDir::Le, lhs, rhs);
-            let nreject = b.not(reject);
-            let accept = b.and(accept, nreject);
-            let big_ok = b.or(quick, accept);
-            // Elements already done keep their value; small rates count one more factor while
-            // the product stays above exp(-lambda); large rates take an accepted attempt.
-            let small_k = b.select(more, k_small, k);
-            let big_k = b.select(big_ok, kk, k);
-            let new_k = b.select(big, big_k, small_k);
-            let k_out = b.select(done, k, new_k);
-            let small_done = b.not(more);
-            let now = b.select(big, big_ok, small_done);
-            let prod = b.select(done, prod, prod1);
-            let done = b.or(done, now);
-            vec![state, k_out, prod, done, iters]
-        },
-    );
-    let nan = cx.full(f64::NAN, acc, &dims);
-    let neg = cx.compare(CmpDir::Lt, lam, zero);
-    let bad = cx.compare(CmpDir::Ne, lam, lam);
-    let bad = cx.or(bad, neg);
-    let k = cx.select(fin, r[1], lam);
-    let k = cx.select(bad, nan, k);
+    let fin = lam.is_finite();
+    let done0 = lam.eq(0.0) | !(lam.gt(0.0) & fin);
+    let it0 = e.with(|b| b.constant_i64(0, ElemType::I64));
+    let init = [state, lam.k(0.0).v, lam.k(1.0).v, done0.v, it0];
+    let consts = [lam.v, enlam.v, bb.v, a.v, invalpha.v, vr.v, loglam.v, big.v];
+    let r = e.with(|b| {
+        b.while_loop(
+            &init,
+            |b, v| {
+                let nd = b.not(v[3]);
+                loop_more(b, v[4], nd, MAX_TRIES)
+            },
+            |b, v| {
+                let iters = next_count(b, v[4]);
+                let (state, u, vv) = uniform_pair(b, v[0], &dims, double);
+                let e = Ex::new(b);
+                let [k, prod, done, u, vv] = e.all([v[1], v[2], v[3], u, vv]);
+                let [lam, enlam, bb, a, invalpha, vr, loglam, big] = e.all(consts);
+                // Small rates: multiply uniforms until the product drops to exp(-lambda).
+                let prod1 = prod * u;
+                let more = prod1.gt(enlam);
+                // Large rates: one PTRS attempt.
+                let uu = u - 0.5;
+                let us = 0.5 - uu.abs();
+                let kk = ((2.0 * a / us + bb) * uu + lam + 0.43).floor();
+                let quick = us.ge(0.07) & vv.le(vr);
+                let reject = kk.lt(0.0) | (us.lt(0.013) & vv.gt(us));
+                let lhs = vv.ln() + invalpha.ln() - (a / (us * us) + bb).ln();
+                let rhs = kk * loglam - lam - (kk + 1.0).chlo("lgamma");
+                let big_ok = quick | (lhs.le(rhs) & !reject);
+                // Elements already done keep their value; small rates count one more factor
+                // while the product stays above exp(-lambda); large rates take an accepted
+                // attempt.
+                let new_k = big.select(big_ok.select(kk, k), more.select(k + 1.0, k));
+                let k_out = done.select(k, new_k);
+                let now = big.select(big_ok, !more);
+                let prod = done.select(prod, prod1);
+                let done = done | now;
+                vec![state, k_out.v, prod.v, done.v, iters]
+            },
+        )
+    });
+    let bad = lam.ne(lam) | lam.lt(0.0);
+    let k = bad.select(f64::NAN, fin.select(r[1], lam)).v;
+    drop(e);
     one(cx.cast(k, x.dtype))
 }
 
 // ---- gamma and Dirichlet ------------------------------------------------------------------------
 
-/// Gamma(alpha, 1) samples in `acc` (Marsaglia and Tsang; alpha < 1 boosted by u^(1/alpha)),
+/// Gamma(alpha, 1) samples in alpha's dtype (Marsaglia and Tsang; alpha < 1 boosted by u^(1/alpha)),
 /// at least the smallest normal number, as PyTorch's sample_gamma.
 fn gamma_values(cx: &mut Cx, state: Value, alpha: Value) -> Value {
     let dims = cx.dims(alpha);
     let double = cx.dtype(alpha) == DType::F64;
-    let acc = cx.dtype(alpha);
-    let one_ = cx.full(1.0, acc, &dims);
-    let zero = cx.full(0.0, acc, &dims);
-    let small = cx.compare(CmpDir::Lt, alpha, one_);
-    let boosted = cx.add(alpha, one_);
-    let al = cx.select(small, boosted, alpha);
-    let third = cx.full(1.0 / 3.0, acc, &dims);
-    let d = cx.sub(al, third);
-    let nine = cx.full(9.0, acc, &dims);
-    let t = cx.mul(nine, d);
-    let t = cx.sqrt(t);
-    let c = cx.div(one_, t);
+    let e = Ex::new(cx);
+    let alpha = e.of(alpha);
+    let small = alpha.lt(1.0);
+    let d = small.select(alpha + 1.0, alpha) - 1.0 / 3.0;
+    let c = 1.0 / (9.0 * d).sqrt();
     // alpha <= 0 and NaN skip the loop; PyTorch's clamp to the smallest normal number answers
     // them (std::max(min, NaN) is min).
-    let valid = cx.compare(CmpDir::Gt, alpha, zero);
-    let done0 = cx.not(valid);
-    let it0 = cx.constant_i64(0, ElemType::I64);
-    let r = cx.while_loop(
-        &[state, zero, done0, it0],
-        |b, v| {
-            let nd = b.not(v[2]);
-            loop_more(b, v[3], nd, MAX_TRIES)
-        },
-        |b, v| {
-            let (state, out, done) = (v[0], v[1], v[2]);
-            let iters = next_count(b, v[3]);
-            let (state, x) = standard_normal(b, state, &dims, double);
-            let (state, u) = uniform_open(b, state, &dims, double);
-            let ty = b.ty(x).clone();
-            let o = b.splat_f64(1.0, &ty);
-            let cx_ = b.mul(c, x);
-            let y = b.add(o, cx_);
-            let z = b.splat_f64(0.0, &ty);
-            let y_ok = b.compare(CmpDir::Gt, y, z);
-            let v3 = b.mul(y, y);
-            let v3 = b.mul(v3, y);
-            let xx = b.mul(x, x);
-            let k = b.splat_f64(0.0331, &ty);
-            let t = b.mul(k, xx);
-            let t = b.mul(t, xx);
-            let lim = b.sub(o, t);
-            let quick = b.compare(CmpDir::Lt, u, lim);
-            let lu = b.log(u);
-            let h = b.splat_f64(0.5, &ty);
-            let hx = b.mul(h, xx);
-            let lv = b.log(v3);
-            let t = b.sub(o, v3);
-            let t = b.add(t, lv);
-            let t = b.mul(d, t);
-            let rhs = b.add(hx, t);
-            let slow = b.compare(CmpDir::Lt, lu, rhs);
-            let ok = b.or(quick, slow);
-            let ok = b.and(ok, y_ok);
-            let val = b.mul(d, v3);
-            let nd = b.not(done);
-            let take = b.and(nd, ok);
-            let out = b.select(take, val, out);
-            let done = b.or(done, ok);
-            vec![state, out, done, iters]
-        },
-    );
-    let (state, g) = (r[0], r[1]);
+    let valid = alpha.gt(0.0);
+    let it0 = e.with(|b| b.constant_i64(0, ElemType::I64));
+    let init = [state, alpha.k(0.0).v, (!valid).v, it0];
+    let r = e.with(|b| {
+        b.while_loop(
+            &init,
+            |b, v| {
+                let nd = b.not(v[2]);
+                loop_more(b, v[3], nd, MAX_TRIES)
+            },
+            |b, v| {
+                let iters = next_count(b, v[3]);
+                let (state, x) = standard_normal(b, v[0], &dims, double);
+                let (state, u) = uniform_open(b, state, &dims, double);
+                let e = Ex::new(b);
+                let [out, done, x, u, c, d] = e.all([v[1], v[2], x, u, c.v, d.v]);
+                let y = 1.0 + c * x;
+                let v3 = y * y * y;
+                let xx = x * x;
+                let quick = u.lt(1.0 - 0.0331 * xx * xx);
+                let slow = u.ln().lt(0.5 * xx + d * (1.0 - v3 + v3.ln()));
+                let ok = (quick | slow) & y.gt(0.0);
+                let out = (!done & ok).select(d * v3, out);
+                let done = done | ok;
+                vec![state, out.v, done.v, iters]
+            },
+        )
+    });
+    let (state, g) = (r[0], e.of(r[1]));
     // The boost for alpha < 1 uses one more uniform (drawn after the loop's last state).
-    let (_, u) = uniform_open(&mut cx.b, state, &dims, double);
-    let inv = cx.div(one_, alpha);
-    let boost = cx.pow(u, inv);
-    let g_boosted = cx.mul(g, boost);
-    let g = cx.select(small, g_boosted, g);
-    let tiny = cx.full(if double { f64::MIN_POSITIVE } else { f32::MIN_POSITIVE as f64 }, acc, &dims);
-    let above = cx.compare(CmpDir::Gt, g, tiny);
-    let above = cx.and(above, valid);
-    cx.select(above, g, tiny)
+    let (_, u) = e.with(|b| uniform_open(b, state, &dims, double));
+    let g = small.select(g * e.of(u).pow(1.0 / alpha), g);
+    let tiny = if double { f64::MIN_POSITIVE } else { f32::MIN_POSITIVE as f64 };
+    (g.gt(tiny) & valid).select(g, tiny).v
 }
 
 /// _standard_gamma(self): Gamma(self, 1) samples.
@@ -439,7 +319,7 @@ fn sample_dirichlet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = cx.cast(x.v, DType::F64);
     let g = gamma_values(cx, state, a);
     if dims.is_empty() {
-        let r = cx.div(g, g);
+        let r = (Ex::new(cx).of(g) / g).v;
         return one(cx.cast(r, x.dtype));
     }
     let last = dims.len() as i64 - 1;
@@ -447,7 +327,7 @@ fn sample_dirichlet(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let s = cx.reduce(&[g], &[z], &[last], |b, a| vec![b.add(a[0], a[1])])[0];
     let kept: Vec<i64> = (0..last).collect();
     let s = cx.broadcast_in_dim(s, &dims, &kept);
-    let r = cx.div(g, s);
+    let r = (Ex::new(cx).of(g) / s).v;
     one(cx.cast(r, x.dtype))
 }
 
@@ -460,122 +340,41 @@ fn standard_gamma_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check_f32_f64(a.dtype, "_standard_gamma_grad_cpu")?;
     let xv = cx.cast(x.v, a.dtype);
     let vs = cx.broadcast_all(&[a.v, xv])?;
-    let (al, x) = (vs[0], vs[1]);
-    let dims = cx.dims(al);
-    let dt = a.dtype;
-    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
-    let one_ = c(cx, 1.0);
+    let e = Ex::new(cx);
+    let [al, x] = e.all([vs[0], vs[1]]);
     // Taylor series.
-    let mut numer = one_;
+    let mut numer = al.k(1.0);
     let mut denom = al;
-    let mut s1 = cx.div(numer, denom);
-    let dd = cx.mul(denom, denom);
-    let mut s2 = cx.div(numer, dd);
+    let mut s1 = numer / denom;
+    let mut s2 = numer / (denom * denom);
     for i in 1..=5 {
-        let inv_i = c(cx, -1.0 / i as f64);
-        let t = cx.mul(x, inv_i);
-        numer = cx.mul(numer, t);
-        denom = cx.add(denom, one_);
-        let t1 = cx.div(numer, denom);
-        s1 = cx.add(s1, t1);
-        let dd = cx.mul(denom, denom);
-        let t2 = cx.div(numer, dd);
-        s2 = cx.add(s2, t2);
+        numer = numer * (x * (-1.0 / i as f64));
+        denom = denom + 1.0;
+        s1 = s1 + numer / denom;
+        s2 = s2 + numer / (denom * denom);
     }
     // -((log x - digamma(alpha)) cdf - x^alpha series2) / pdf with cdf = x^alpha series1 and
     // pdf = x^(alpha - 1) e^-x, with x^alpha / pdf = x e^x taken first so that nothing
     // underflows in float32 (PyTorch computes this in double).
-    let lx = cx.log(x);
-    let dg = cx.chlo("digamma", &[al]);
-    let t = cx.sub(lx, dg);
-    let t = cx.mul(t, s1);
-    let t = cx.sub(t, s2);
-    let ex = cx.exp(x);
-    let xe = cx.mul(x, ex);
-    let r = cx.mul(t, xe);
-    let taylor = cx.neg(r);
-    let zero = c(cx, 0.0);
-    let tn = cx.compare(CmpDir::Ne, taylor, taylor);
-    let taylor = cx.select(tn, zero, taylor);
+    let taylor = -(((x.ln() - al.chlo("digamma")) * s1 - s2) * (x * x.exp()));
+    let taylor = taylor.ne(taylor).select(0.0, taylor);
     // Rice saddle point, near the mode and away from it.
-    let aa = cx.mul(al, al);
-    let k12 = c(cx, 12.0);
-    let t = cx.mul(k12, al);
-    let t = cx.add(one_, t);
-    let k24 = c(cx, 24.0);
-    let t = cx.mul(k24, t);
-    let t = cx.mul(t, al);
-    let numer_1 = cx.add(one_, t);
-    let k1440 = c(cx, 1440.0);
-    let p1 = cx.mul(k1440, aa);
-    let k120 = c(cx, 120.0);
-    let t = cx.mul(k120, x);
-    let k53 = c(cx, 53.0);
-    let t = cx.sub(k53, t);
-    let k6 = c(cx, 6.0);
-    let t = cx.mul(t, x);
-    let p2 = cx.mul(k6, t);
-    let k65 = c(cx, 65.0);
-    let t = cx.mul(k65, x);
-    let t = cx.mul(t, x);
-    let p3 = cx.div(t, al);
-    let k3600 = c(cx, 3600.0);
-    let t = cx.mul(k3600, x);
-    let k107 = c(cx, 107.0);
-    let t = cx.add(k107, t);
-    let p4 = cx.mul(al, t);
-    let numer_2 = cx.add(p1, p2);
-    let numer_2 = cx.sub(numer_2, p3);
-    let numer_2 = cx.add(numer_2, p4);
-    let k1244160 = c(cx, 1244160.0);
-    let den = cx.mul(k1244160, aa);
-    let den = cx.mul(den, aa);
-    let near = cx.mul(numer_1, numer_2);
-    let near = cx.div(near, den);
-    let k8 = c(cx, 8.0);
-    let t = cx.mul(k8, al);
-    let denom = cx.sqrt(t);
-    let amx = cx.sub(al, x);
-    let term2 = cx.div(denom, amx);
-    let xa = cx.div(x, al);
-    let lxa = cx.log(xa);
-    let t = cx.mul(al, lxa);
-    let t3 = cx.sub(x, al);
-    let t3 = cx.sub(t3, t);
-    let km15 = c(cx, -1.5);
-    let term3 = cx.pow(t3, km15);
-    let below = cx.compare(CmpDir::Lt, x, al);
-    let d23 = cx.sub(term2, term3);
-    let s23 = cx.add(term2, term3);
-    let term23 = cx.select(below, d23, s23);
-    let t1 = cx.mul(lxa, term23);
-    let two = c(cx, 2.0);
-    let t = cx.div(two, al);
-    let t = cx.sqrt(t);
-    let apx = cx.add(al, x);
-    let t = cx.mul(t, apx);
-    let amx2 = cx.mul(amx, amx);
-    let t = cx.div(t, amx2);
-    let term1 = cx.sub(t1, t);
-    let t = cx.mul(k24, al);
-    let t = cx.div(one_, t);
-    let t = cx.add(one_, t);
-    let t12 = cx.mul(k12, al);
-    let t12 = cx.div(one_, t12);
-    let t = cx.mul(t12, t);
-    let stirling = cx.add(one_, t);
-    let numer = cx.mul(x, term1);
-    let far = cx.mul(stirling, numer);
-    let far = cx.div(far, denom);
-    let far = cx.neg(far);
-    let k09 = c(cx, 0.9);
-    let k11 = c(cx, 1.1);
-    let lo = cx.mul(k09, al);
-    let hi = cx.mul(k11, al);
-    let ge = cx.compare(CmpDir::Le, lo, x);
-    let le = cx.compare(CmpDir::Le, x, hi);
-    let in_band = cx.and(ge, le);
-    let rice = cx.select(in_band, near, far);
+    let aa = al * al;
+    let numer_1 = 1.0 + 24.0 * (1.0 + 12.0 * al) * al;
+    let numer_2 =
+        1440.0 * aa + 6.0 * ((53.0 - 120.0 * x) * x) - 65.0 * x * x / al + al * (107.0 + 3600.0 * x);
+    let near = numer_1 * numer_2 / (1244160.0 * aa * aa);
+    let denom = (8.0 * al).sqrt();
+    let amx = al - x;
+    let term2 = denom / amx;
+    let lxa = (x / al).ln();
+    let term3 = (x - al - al * lxa).pow(-1.5);
+    let term23 = x.lt(al).select(term2 - term3, term2 + term3);
+    let term1 = lxa * term23 - (2.0 / al).sqrt() * (al + x) / (amx * amx);
+    let stirling = 1.0 + 1.0 / (12.0 * al) * (1.0 + 1.0 / (24.0 * al));
+    let far = -(stirling * (x * term1) / denom);
+    let in_band = (0.9 * al).le(x) & x.le(1.1 * al);
+    let rice = in_band.select(near, far);
     // Rational approximation in u = log(x / alpha), v = log(alpha).
     const UV: [[f64; 8]; 3] = [
         [0.16009398, -0.094634809, 0.025146376, -0.0030648343, 1.0, 0.32668115, 0.10406089, 0.0014179084],
@@ -583,34 +382,12 @@ fn standard_gamma_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         [0.040121004, -0.0065914022, -0.0026286047, -0.0013441777, 0.017050642, -0.0021309326, 0.00085092367, -1.5247877e-07],
     ];
     let u = lxa;
-    let v = cx.log(al);
-    let mut cv = Vec::new();
-    for i in 0..8 {
-        let c2 = c(cx, UV[2][i]);
-        let t = cx.mul(u, c2);
-        let c1 = c(cx, UV[1][i]);
-        let t = cx.add(c1, t);
-        let t = cx.mul(u, t);
-        let c0 = c(cx, UV[0][i]);
-        cv.push(cx.add(c0, t));
-    }
-    let horner = |cx: &mut Cx, k: &[Value]| {
-        let t = cx.mul(v, k[3]);
-        let t = cx.add(k[2], t);
-        let t = cx.mul(v, t);
-        let t = cx.add(k[1], t);
-        let t = cx.mul(v, t);
-        cx.add(k[0], t)
-    };
-    let p = horner(cx, &cv[0..4]);
-    let q = horner(cx, &cv[4..8]);
-    let pq = cx.div(p, q);
-    let rational = cx.exp(pq);
-    let k08 = c(cx, 0.8);
-    let small_x = cx.compare(CmpDir::Lt, x, k08);
-    let big_a = cx.compare(CmpDir::Gt, al, k8);
-    let r = cx.select(big_a, rice, rational);
-    one(cx.select(small_x, taylor, r))
+    let v = al.ln();
+    let cv: Vec<_> = (0..8).map(|i| UV[0][i] + u * (UV[1][i] + u * UV[2][i])).collect();
+    let [p, q] = [&cv[0..4], &cv[4..8]].map(|k| k[0] + v * (k[1] + v * (k[2] + v * k[3])));
+    let rational = (p / q).exp();
+    let r = al.gt(8.0).select(rice, rational);
+    one(x.lt(0.8).select(taylor, r).v)
 }
 
 /// _dirichlet_grad(x, alpha, total): the scaled reparameterized gradient of Beta(alpha,
@@ -626,293 +403,108 @@ fn dirichlet_grad(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let av = cx.cast(a.v, dt);
     let tv = cx.cast(t.v, dt);
     let vs = cx.broadcast_all(&[x.v, av, tv])?;
-    let (x, alpha, total) = (vs[0], vs[1], vs[2]);
-    let dims = cx.dims(x);
-    let beta = cx.sub(total, alpha);
-    let one_ = cx.full(1.0, dt, &dims);
-    let omx = cx.sub(one_, x);
-    let small = beta_grad_alpha_small(cx, x, alpha, beta);
-    let large = beta_grad_beta_small(cx, omx, beta, alpha);
-    let large = cx.neg(large);
+    let e = Ex::new(cx);
+    let [x, alpha, total] = e.all([vs[0], vs[1], vs[2]]);
+    let beta = total - alpha;
+    let omx = 1.0 - x;
+    let small = beta_grad_alpha_small(x, alpha, beta);
+    let large = -beta_grad_beta_small(omx, beta, alpha);
     // PyTorch evaluates the saddle point expansion in double: its terms cancel near the mean.
-    let (x64, a64, t64) = (cx.cast(x, DType::F64), cx.cast(alpha, DType::F64), cx.cast(total, DType::F64));
-    let b64 = cx.sub(t64, a64);
-    let mid = beta_grad_alpha_mid(cx, x64, a64, b64);
-    let mid = cx.cast(mid, dt);
-    let rational = dirichlet_rational(cx, x, alpha, total, beta);
+    let [x64, a64, t64] = [x, alpha, total].map(|v| v.cast(ElemType::F64));
+    let mid = beta_grad_alpha_mid(x64, a64, t64 - a64).cast(dt.elem());
+    let rational = dirichlet_rational(x, alpha, total, beta);
     // Regimes in PyTorch's order of precedence.
-    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
-    let six = c(cx, 6.0);
-    let a6 = cx.compare(CmpDir::Gt, alpha, six);
-    let b6 = cx.compare(CmpDir::Gt, beta, six);
-    let both = cx.and(a6, b6);
-    let r = cx.select(both, mid, rational);
-    let boundary = cx.mul(total, x);
-    let boundary = cx.mul(boundary, omx);
-    let half = c(cx, 0.5);
-    let hi_x = cx.compare(CmpDir::Ge, x, half);
-    let k075 = c(cx, 0.75);
-    let b075 = cx.compare(CmpDir::Lt, boundary, k075);
-    let near1 = cx.and(hi_x, b075);
-    let r = cx.select(near1, large, r);
-    let lo_x = cx.compare(CmpDir::Le, x, half);
-    let k25 = c(cx, 2.5);
-    let b25 = cx.compare(CmpDir::Lt, boundary, k25);
-    let near0 = cx.and(lo_x, b25);
-    one(cx.select(near0, small, r))
+    let r = (alpha.gt(6.0) & beta.gt(6.0)).select(mid, rational);
+    let boundary = total * x * omx;
+    let r = (x.ge(0.5) & boundary.lt(0.75)).select(large, r);
+    one((x.le(0.5) & boundary.lt(2.5)).select(small, r).v)
 }
 
 /// NaN results of the Taylor regimes are 0 in PyTorch.
-fn nan_to_zero(cx: &mut Cx, v: Value) -> Value {
-    let nan = cx.compare(CmpDir::Ne, v, v);
-    let z = cx.full(0.0, cx.dtype(v), &cx.dims(v));
-    cx.select(nan, z, v)
+fn nan_to_zero(v: E) -> E {
+    v.ne(v).select(0.0, v)
 }
 
 /// d/d alpha of Beta(x; alpha, beta) samples for x near 0 (Taylor expansion).
-fn beta_grad_alpha_small(cx: &mut Cx, x: Value, alpha: Value, beta: Value) -> Value {
-    let (dt, dims) = (cx.dtype(x), cx.dims(x));
-    let one_ = cx.full(1.0, dt, &dims);
-    let da = cx.chlo("digamma", &[alpha]);
-    let ab = cx.add(alpha, beta);
-    let dab = cx.chlo("digamma", &[ab]);
-    let lx = cx.log(x);
-    let factor = cx.sub(da, dab);
-    let factor = cx.sub(factor, lx);
-    let mut numer = one_;
-    let inv_a = cx.div(one_, alpha);
-    let t = cx.add(factor, inv_a);
-    let t = cx.mul(inv_a, t);
-    let mut series = cx.mul(numer, t);
+fn beta_grad_alpha_small<'e>(x: E<'e>, alpha: E<'e>, beta: E<'e>) -> E<'e> {
+    let factor = alpha.chlo("digamma") - (alpha + beta).chlo("digamma") - x.ln();
+    let mut numer = x.k(1.0);
+    let inv_a = 1.0 / alpha;
+    let mut series = numer * (inv_a * (factor + inv_a));
     for i in 1..=10 {
-        let iv = cx.full(i as f64, dt, &dims);
-        let t = cx.sub(iv, beta);
-        let t = cx.mul(t, x);
-        let t = cx.div(t, iv);
-        numer = cx.mul(numer, t);
-        let denom = cx.add(alpha, iv);
-        let inv_d = cx.div(one_, denom);
-        let t = cx.add(factor, inv_d);
-        let n = cx.div(numer, denom);
-        let t = cx.mul(n, t);
-        series = cx.add(series, t);
+        let i = i as f64;
+        numer = numer * ((i - beta) * x / i);
+        let denom = alpha + i;
+        series = series + numer / denom * (factor + 1.0 / denom);
     }
-    let omx = cx.sub(one_, x);
-    let nb = cx.neg(beta);
-    let p = cx.pow(omx, nb);
-    let r = cx.mul(x, p);
-    let r = cx.mul(r, series);
-    nan_to_zero(cx, r)
+    nan_to_zero(x * (1.0 - x).pow(-beta) * series)
 }
 
 /// d/d beta of Beta(x; alpha, beta) samples for x near 0 (Taylor expansion).
-fn beta_grad_beta_small(cx: &mut Cx, x: Value, alpha: Value, beta: Value) -> Value {
-    let (dt, dims) = (cx.dtype(x), cx.dims(x));
-    let one_ = cx.full(1.0, dt, &dims);
-    let ab = cx.add(alpha, beta);
-    let dab = cx.chlo("digamma", &[ab]);
-    let db = cx.chlo("digamma", &[beta]);
-    let factor = cx.sub(dab, db);
-    let mut numer = one_;
-    let mut betas = one_;
-    let mut dbetas = cx.full(0.0, dt, &dims);
-    let mut series = cx.div(factor, alpha);
+fn beta_grad_beta_small<'e>(x: E<'e>, alpha: E<'e>, beta: E<'e>) -> E<'e> {
+    let factor = (alpha + beta).chlo("digamma") - beta.chlo("digamma");
+    let mut numer = x.k(1.0);
+    let mut betas = numer;
+    let mut dbetas = x.k(0.0);
+    let mut series = factor / alpha;
     for i in 1..=8 {
-        let iv = cx.full(i as f64, dt, &dims);
-        let nx = cx.neg(x);
-        let t = cx.div(nx, iv);
-        numer = cx.mul(numer, t);
-        let bmi = cx.sub(beta, iv);
-        let t = cx.mul(dbetas, bmi);
-        dbetas = cx.add(t, betas);
-        betas = cx.mul(betas, bmi);
-        let ai = cx.add(alpha, iv);
-        let n = cx.div(numer, ai);
-        let fb = cx.mul(factor, betas);
-        let t = cx.add(dbetas, fb);
-        let t = cx.mul(n, t);
-        series = cx.add(series, t);
+        let i = i as f64;
+        numer = numer * (-x / i);
+        let bmi = beta - i;
+        dbetas = dbetas * bmi + betas;
+        betas = betas * bmi;
+        series = series + numer / (alpha + i) * (dbetas + factor * betas);
     }
-    let omx = cx.sub(one_, x);
-    let omb = cx.sub(one_, beta);
-    let p = cx.pow(omx, omb);
-    let r = cx.mul(p, series);
-    let r = cx.neg(r);
-    nan_to_zero(cx, r)
+    nan_to_zero(-((1.0 - x).pow(1.0 - beta) * series))
 }
 
 /// d/d alpha of Beta(x; alpha, beta) samples for large alpha and beta (Rice saddle point).
-fn beta_grad_alpha_mid(cx: &mut Cx, x: Value, alpha: Value, beta: Value) -> Value {
-    let (dt, dims) = (cx.dtype(x), cx.dims(x));
-    let c = |cx: &mut Cx, v: f64| cx.full(v, dt, &dims);
-    let one_ = c(cx, 1.0);
-    let total = cx.add(alpha, beta);
-    let mean = cx.div(alpha, total);
-    let ab = cx.mul(alpha, beta);
-    let t1 = cx.add(total, one_);
-    let t = cx.div(ab, t1);
-    let t = cx.sqrt(t);
-    let std = cx.div(t, total);
-    let k01 = c(cx, 0.1);
-    let d = cx.mul(k01, std);
-    let lo = cx.sub(mean, d);
-    let hi = cx.add(mean, d);
-    let ge = cx.compare(CmpDir::Le, lo, x);
-    let le = cx.compare(CmpDir::Le, x, hi);
-    let at_mean = cx.and(ge, le);
-    let omx = cx.sub(one_, x);
-    let bb = cx.mul(beta, beta);
+fn beta_grad_alpha_mid<'e>(x: E<'e>, alpha: E<'e>, beta: E<'e>) -> E<'e> {
+    let total = alpha + beta;
+    let mean = alpha / total;
+    let ab = alpha * beta;
+    let std = (ab / (total + 1.0)).sqrt() / total;
+    let d = 0.1 * std;
+    let at_mean = (mean - d).le(x) & x.le(mean + d);
+    let omx = 1.0 - x;
+    let bb = beta * beta;
     // Near the mean: a polynomial (avoids the singularity at x = mean).
     let poly = {
         // 8 (1 - x) (135 beta - 11)
-        let k135 = c(cx, 135.0);
-        let k11 = c(cx, 11.0);
-        let t = cx.mul(k135, beta);
-        let t = cx.sub(t, k11);
-        let k8 = c(cx, 8.0);
-        let t = cx.mul(t, omx);
-        let inner4 = cx.mul(k8, t);
+        let inner4 = 8.0 * ((135.0 * beta - 11.0) * omx);
         // (453 + 1620 beta (1 - x) - 455 x) beta + alpha inner4
-        let k1620 = c(cx, 1620.0);
-        let t = cx.mul(k1620, beta);
-        let t = cx.mul(t, omx);
-        let k453 = c(cx, 453.0);
-        let t = cx.add(k453, t);
-        let k455 = c(cx, 455.0);
-        let x455 = cx.mul(k455, x);
-        let t = cx.sub(t, x455);
-        let t = cx.mul(t, beta);
-        let ai = cx.mul(alpha, inner4);
-        let inner3 = cx.add(t, ai);
+        let inner3 = (453.0 + 1620.0 * beta * omx - 455.0 * x) * beta + alpha * inner4;
         // 3 (59 + 180 beta - 90 x) beta^2 + alpha inner3
-        let k180 = c(cx, 180.0);
-        let t = cx.mul(k180, beta);
-        let k59 = c(cx, 59.0);
-        let t = cx.add(k59, t);
-        let k90 = c(cx, 90.0);
-        let x90 = cx.mul(k90, x);
-        let t = cx.sub(t, x90);
-        let k3 = c(cx, 3.0);
-        let t = cx.mul(k3, t);
-        let t = cx.mul(t, bb);
-        let ai = cx.mul(alpha, inner3);
-        let inner2 = cx.add(t, ai);
+        let inner2 = 3.0 * (59.0 + 180.0 * beta - 90.0 * x) * bb + alpha * inner3;
         // (43 + 20 (16 + 27 beta) x) beta^2 beta + alpha inner2
-        let k27 = c(cx, 27.0);
-        let t = cx.mul(k27, beta);
-        let k16 = c(cx, 16.0);
-        let t = cx.add(k16, t);
-        let k20 = c(cx, 20.0);
-        let t = cx.mul(k20, t);
-        let t = cx.mul(t, x);
-        let k43 = c(cx, 43.0);
-        let t = cx.add(k43, t);
-        let t = cx.mul(t, bb);
-        let t = cx.mul(t, beta);
-        let ai = cx.mul(alpha, inner2);
-        let inner1 = cx.add(t, ai);
+        let inner1 = (43.0 + 20.0 * (16.0 + 27.0 * beta) * x) * bb * beta + alpha * inner2;
         // 47 x beta^4 + alpha inner1
-        let k47 = c(cx, 47.0);
-        let t = cx.mul(k47, x);
-        let t = cx.mul(t, bb);
-        let t = cx.mul(t, bb);
-        let ai = cx.mul(alpha, inner1);
-        cx.add(t, ai)
+        47.0 * x * bb * bb + alpha * inner1
     };
-    let k12 = c(cx, 12.0);
-    let t = cx.mul(k12, alpha);
-    let pa = cx.add(one_, t);
-    let t = cx.mul(k12, beta);
-    let pb = cx.add(one_, t);
-    let num = cx.mul(pa, pb);
-    let tt = cx.mul(total, total);
-    let prefactor_num = cx.div(num, tt);
-    let k12960 = c(cx, 12960.0);
-    let t = cx.mul(k12960, alpha);
-    let t = cx.mul(t, alpha);
-    let t = cx.mul(t, alpha);
-    let t = cx.mul(t, bb);
-    let t12 = cx.mul(k12, total);
-    let t12 = cx.add(one_, t12);
-    let prefactor_den = cx.mul(t, t12);
-    let near = cx.div(prefactor_num, omx);
-    let near = cx.mul(near, poly);
-    let near = cx.div(near, prefactor_den);
+    let prefactor_num = (1.0 + 12.0 * alpha) * (1.0 + 12.0 * beta) / (total * total);
+    let prefactor_den = 12960.0 * alpha * alpha * alpha * bb * (1.0 + 12.0 * total);
+    let near = prefactor_num / omx * poly / prefactor_den;
     // Away from the mean.
-    let two = c(cx, 2.0);
-    let t = cx.mul(two, ab);
-    let t = cx.div(t, total);
-    let t = cx.sqrt(t);
-    let nx = cx.neg(x);
-    let prefactor = cx.div(nx, t);
-    let st = |cx: &mut Cx, v: Value| {
-        let k12 = cx.full(12.0, dt, &dims);
-        let k288 = cx.full(288.0, dt, &dims);
-        let one_ = cx.full(1.0, dt, &dims);
-        let a = cx.mul(k12, v);
-        let a = cx.div(one_, a);
-        let b = cx.mul(k288, v);
-        let b = cx.mul(b, v);
-        let b = cx.div(one_, b);
-        let s = cx.add(one_, a);
-        cx.add(s, b)
-    };
-    let sa = st(cx, alpha);
-    let sb = st(cx, beta);
-    let stt = st(cx, total);
-    let stirling = cx.mul(sa, sb);
-    let stirling = cx.div(stirling, stt);
-    let xm1 = cx.sub(x, one_);
-    let aa = cx.mul(alpha, alpha);
-    let t = cx.mul(two, aa);
-    let t = cx.mul(t, xm1);
-    let u = cx.mul(ab, xm1);
-    let t = cx.add(t, u);
-    let u = cx.mul(x, bb);
-    let term1_num = cx.sub(t, u);
-    let t = cx.mul(alpha, xm1);
-    let u = cx.mul(beta, x);
-    let axbx = cx.add(t, u);
-    let t = cx.mul(two, alpha);
-    let t = cx.div(t, beta);
-    let t = cx.sqrt(t);
-    let k15 = c(cx, 1.5);
-    let p = cx.pow(total, k15);
-    let t = cx.mul(t, p);
-    let t = cx.mul(t, axbx);
-    let term1_den = cx.mul(t, axbx);
-    let term1 = cx.div(term1_num, term1_den);
-    let tx = cx.mul(total, x);
-    let t = cx.div(alpha, tx);
-    let lat = cx.log(t);
-    let half = c(cx, 0.5);
-    let term2 = cx.mul(half, lat);
-    let k8 = c(cx, 8.0);
-    let t = cx.mul(k8, ab);
-    let t = cx.div(t, total);
-    let term3_num = cx.sqrt(t);
-    let term3 = cx.div(term3_num, axbx);
-    let tomx = cx.mul(total, omx);
-    let t = cx.div(beta, tomx);
-    let t = cx.log(t);
-    let t = cx.mul(beta, t);
-    let u = cx.mul(alpha, lat);
-    let base = cx.add(t, u);
-    let km15 = c(cx, -1.5);
-    let term4 = cx.pow(base, km15);
-    let below = cx.compare(CmpDir::Lt, x, mean);
-    let nt4 = cx.neg(term4);
-    let t4 = cx.select(below, term4, nt4);
-    let t = cx.add(term3, t4);
-    let t = cx.mul(term2, t);
-    let term1234 = cx.add(term1, t);
-    let far = cx.mul(stirling, prefactor);
-    let far = cx.mul(far, term1234);
-    cx.select(at_mean, near, far)
+    let prefactor = -x / (2.0 * ab / total).sqrt();
+    let st = |v: E<'e>| 1.0 + 1.0 / (12.0 * v) + 1.0 / (288.0 * v * v);
+    let stirling = st(alpha) * st(beta) / st(total);
+    let xm1 = x - 1.0;
+    let term1_num = 2.0 * (alpha * alpha) * xm1 + ab * xm1 - x * bb;
+    let axbx = alpha * xm1 + beta * x;
+    let term1_den = (2.0 * alpha / beta).sqrt() * total.pow(1.5) * axbx * axbx;
+    let term1 = term1_num / term1_den;
+    let lat = (alpha / (total * x)).ln();
+    let term2 = 0.5 * lat;
+    let term3 = (8.0 * ab / total).sqrt() / axbx;
+    let term4 = (beta * (beta / (total * omx)).ln() + alpha * lat).pow(-1.5);
+    let t4 = x.lt(mean).select(term4, -term4);
+    let term1234 = term1 + term2 * (term3 + t4);
+    let far = stirling * prefactor * term1234;
+    at_mean.select(near, far)
 }
 
 /// The rational correction to x (digamma(total) - digamma(alpha)) / beta.
-fn dirichlet_rational(cx: &mut Cx, x: Value, alpha: Value, total: Value, beta: Value) -> Value {
+fn dirichlet_rational<'e>(x: E<'e>, alpha: E<'e>, total: E<'e>, beta: E<'e>) -> E<'e> {
     const C: [[[[f64; 4]; 3]; 3]; 2] = [
         [
             [
@@ -949,46 +541,25 @@ fn dirichlet_rational(cx: &mut Cx, x: Value, alpha: Value, total: Value, beta: V
             ],
         ],
     ];
-    let (dt, dims) = (cx.dtype(x), cx.dims(x));
-    let u = cx.log(x);
-    let la = cx.log(alpha);
-    let a = cx.sub(la, u);
-    let lt = cx.log(total);
-    let b = cx.sub(lt, a);
-    let one_ = cx.full(1.0, dt, &dims);
-    let uu = cx.mul(u, u);
-    let aa = cx.mul(a, a);
-    let pow_u = [one_, u, uu];
-    let pow_a = [one_, a, aa];
-    let mut p = cx.full(0.0, dt, &dims);
+    let u = x.ln();
+    let a = alpha.ln() - u;
+    let b = total.ln() - a;
+    let one_ = x.k(1.0);
+    let pow_u = [one_, u, u * u];
+    let pow_a = [one_, a, a * a];
+    let mut p = x.k(0.0);
     let mut q = p;
     for i in 0..3 {
         for j in 0..3 {
-            let ua = cx.mul(pow_u[i], pow_a[j]);
+            let ua = pow_u[i] * pow_a[j];
             for (w, acc) in [(0usize, &mut p), (1usize, &mut q)] {
                 let k = &C[w][i][j];
-                let c3 = cx.full(k[3], dt, &dims);
-                let t = cx.mul(b, c3);
-                let c2 = cx.full(k[2], dt, &dims);
-                let t = cx.add(c2, t);
-                let t = cx.mul(b, t);
-                let c1 = cx.full(k[1], dt, &dims);
-                let t = cx.add(c1, t);
-                let t = cx.mul(b, t);
-                let c0 = cx.full(k[0], dt, &dims);
-                let t = cx.add(c0, t);
-                let t = cx.mul(ua, t);
-                *acc = cx.add(*acc, t);
+                *acc = *acc + ua * (k[0] + b * (k[1] + b * (k[2] + b * k[3])));
             }
         }
     }
-    let dtot = cx.chlo("digamma", &[total]);
-    let dal = cx.chlo("digamma", &[alpha]);
-    let d = cx.sub(dtot, dal);
-    let approx = cx.mul(x, d);
-    let approx = cx.div(approx, beta);
-    let r = cx.div(p, q);
-    cx.mul(r, approx)
+    let approx = x * (total.chlo("digamma") - alpha.chlo("digamma")) / beta;
+    p / q * approx
 }
 
 // ---- multinomial and randperm --------------------------------------------------------------------
@@ -1030,9 +601,9 @@ fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let state = args.generator("generator")?;
     let idx = if !replacement || n == 1 {
         let (_, u) = uniform_open(&mut cx.b, state, &[rows, cats], double);
-        let l = cx.log(u);
-        let q = cx.neg(l);
-        let key = cx.div(p, q);
+        let e = Ex::new(cx);
+        let key = (e.of(p) / -e.of(u).ln()).v;
+        drop(e);
         let (_, order) = crate::blocks::reduce::sort_with_indices(cx, key, 1, true);
         cx.slice(order, &[0, 0], &[rows, n], &[1, 1])
     } else {
@@ -1040,7 +611,7 @@ fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let total = cx.slice(cdf, &[0, cats - 1], &[rows, cats], &[1, 1]);
         let total = cx.reshape(total, &[rows]);
         let tb = cx.broadcast_in_dim(total, &[rows, cats], &[0]);
-        let cdf = cx.div(cdf, tb);
+        let cdf = (Ex::new(cx).of(cdf) / tb).v;
         let (_, u) = uniform_open(&mut cx.b, state, &[rows, n], double);
         // The first category whose cumulative probability reaches u.
         let cdf3 = cx.broadcast_in_dim(cdf, &[rows, n, cats], &[0, 2]);
