@@ -807,7 +807,8 @@ fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mu
 /// Compiles the program's text (or loads it from the persistent cache).
 fn compile_program(info: &OpInfo, text: String) -> Result<pjrt::LoadedExecutable, Error> {
     let rt = runtime()?;
-    rt.compile(&text).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
+    let eager = !info.qualified.starts_with("torchtpu::run_graph");
+    rt.compile(&info.qualified, &text, eager).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
 }
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]

@@ -7,6 +7,8 @@ pub struct Runtime {
     pub client: pjrt::Client,
     pub devices: Vec<pjrt::Device>,
     pub compile_options: Vec<u8>,
+    /// The options of the quick tier (small eager programs), where the plugin has one.
+    pub quick_options: Option<Vec<u8>>,
     /// Identifies the plugin for caches: its content hash, API version, platform and version.
     pub identity: String,
     /// The persistent executable cache's directory, if enabled.
@@ -67,7 +69,10 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let cache_dir = disk_cache::directory();
     let fingerprint = disk_cache::plugin_fingerprint(cache_dir.as_deref(), std::path::Path::new(&cfg.plugin_path))
         .map_err(|e| pjrt::Error::new(2, format!("reading the plugin file: {e}")))?;
-    let identity = format!("{}|{}.{}|{}|{}", fingerprint, maj, min, client.platform_name(), client.platform_version());
+    // The plugins read their compiler flags from these variables: executables compiled under
+    // other flags are other programs.
+    let flags: Vec<String> = ["XLA_FLAGS", "LIBTPU_INIT_ARGS"].iter().map(|v| std::env::var(v).unwrap_or_default()).collect();
+    let identity = format!("{}|{}.{}|{}|{}|{}", fingerprint, maj, min, client.platform_name(), client.platform_version(), flags.join("|"));
     // XLA:CPU cannot compile chlo.ragged_dot (grouped matmuls); the GPU and TPU compilers can.
     lowerings::set_ragged_dot(client.platform_name() != "cpu");
     // With several devices, portable executables let one compiled op serve all of them; with
@@ -77,7 +82,8 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     } else {
         pjrt::portable_compile_options_proto()
     };
-    Ok(Runtime { client, devices, compile_options, identity, cache_dir })
+    let quick_options = (client.platform_name() == "cpu").then(|| pjrt::with_option_overrides(&compile_options, QUICK_TIER));
+    Ok(Runtime { client, devices, compile_options, quick_options, identity, cache_dir })
 }
 
 impl Runtime {
@@ -88,23 +94,97 @@ impl Runtime {
     }
 }
 
+/// XLA:CPU spends most of a small program's compile time in LLVM's optimizations and in
+/// setting up its MLIR fusion emitters (about 6x the rest, measured in benches/eager_compile.py);
+/// for small tensors the unoptimized code runs about as fast, so small eager programs skip both.
+const QUICK_TIER: &[(&str, pjrt::OptionOverride)] = &[
+    ("xla_backend_optimization_level", pjrt::OptionOverride::Int(0)),
+    ("xla_cpu_use_fusion_emitters", pjrt::OptionOverride::Bool(false)),
+];
+
+/// Programs whose tensors all have at most this many elements compile at the quick tier
+/// (`TORCHTPU_QUICK_COMPILE_ELEMENTS`, 0 for never). Above it, unoptimized loops cost more
+/// than the compile saves (softmax over 16k elements runs 3-4x slower).
+fn quick_tier_limit() -> i64 {
+    static LIMIT: OnceLock<i64> = OnceLock::new();
+    *LIMIT.get_or_init(|| std::env::var("TORCHTPU_QUICK_COMPILE_ELEMENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4096))
+}
+
 impl Runtime {
     /// Compiles a program, or loads it from the persistent cache when an entry for exactly
-    /// this program, plugin and options exists.
-    pub fn compile(&self, text: &str) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
-        let Some(dir) = &self.cache_dir else {
-            return self.client.compile(text, &self.compile_options);
+    /// this program, plugin and options exists. `what` names it in the compile log; `eager`
+    /// programs (one op, not a compiled graph) may take the quick tier.
+    pub fn compile(&self, what: &str, text: &str, eager: bool) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
+        let t0 = std::time::Instant::now();
+        let quick = match &self.quick_options {
+            Some(q) if eager && largest_tensor(text) <= quick_tier_limit() => Some(q),
+            _ => None,
         };
-        if let Some(bytes) = disk_cache::load(dir, &self.identity, &self.compile_options, text) {
-            if let Ok(exe) = self.client.deserialize_executable(&bytes, None) {
-                disk_cache::DISK_HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Ok(exe);
-            }
-        }
-        let exe = self.client.compile(text, &self.compile_options)?;
-        if let Ok(bytes) = exe.serialize() {
-            disk_cache::store(dir, &self.identity, &self.compile_options, text, &bytes);
+        let (exe, from) = self.compile_or_load(text, quick.unwrap_or(&self.compile_options))?;
+        if log_compiles() {
+            let tier = if quick.is_some() { ", quick tier" } else { "" };
+            eprintln!("torchtpu: compile {what}{} {:.1} ms ({from}{tier})", signature(text), t0.elapsed().as_secs_f64() * 1e3);
         }
         Ok(exe)
+    }
+
+    fn compile_or_load(&self, text: &str, options: &[u8]) -> Result<(pjrt::LoadedExecutable, &'static str), pjrt::Error> {
+        let Some(dir) = &self.cache_dir else {
+            return Ok((self.client.compile(text, options)?, "compiled"));
+        };
+        if let Some(bytes) = disk_cache::load(dir, &self.identity, options, text) {
+            if let Ok(exe) = self.client.deserialize_executable(&bytes, None) {
+                disk_cache::DISK_HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return Ok((exe, "persistent cache"));
+            }
+        }
+        let exe = self.client.compile(text, options)?;
+        if let Ok(bytes) = exe.serialize() {
+            disk_cache::store(dir, &self.identity, options, text, &bytes);
+        }
+        Ok((exe, "compiled"))
+    }
+}
+
+/// The element count of the largest tensor type a program's text names (parameters, results
+/// and every intermediate).
+fn largest_tensor(text: &str) -> i64 {
+    text.split("tensor<")
+        .skip(1)
+        .map(|t| {
+            let ty = t.split('>').next().unwrap_or("");
+            // "4x16xf32": the leading numbers are the dims; "f32" alone is a 0-d tensor.
+            ty.split('x').map_while(|d| d.parse::<i64>().ok()).product::<i64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// `TORCHTPU_LOG_COMPILES=1`: a line on stderr per program compiled or loaded, with its op,
+/// parameter types and milliseconds.
+fn log_compiles() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TORCHTPU_LOG_COMPILES").is_ok_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// The parameter types of a program's main function, as `(2x3xf32, f32)`.
+fn signature(text: &str) -> String {
+    let Some(line) = text.lines().find(|l| l.contains("@main(")) else { return String::new() };
+    let params = line.split(") ->").next().unwrap_or("");
+    let types: Vec<&str> = params.split("tensor<").skip(1).map(|t| t.split('>').next().unwrap_or("")).collect();
+    format!("({})", types.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn largest_tensor_counts_every_type() {
+        let text = "func.func public @main(%arg0: tensor<4x16xf32>, %arg1: tensor<i64>) -> (tensor<64xf32>) {\n  %0 = stablehlo.broadcast_in_dim %arg0, dims = [0, 1] : (tensor<4x16xf32>) -> tensor<8x4x16xf32>\n";
+        assert_eq!(largest_tensor(text), 512);
+        assert_eq!(largest_tensor("tensor<f32>"), 1);
+        assert_eq!(largest_tensor("tensor<0x3xf32>"), 0);
+        assert_eq!(signature(text), "(4x16xf32, i64)");
     }
 }

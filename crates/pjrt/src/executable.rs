@@ -37,6 +37,40 @@ pub fn portable_compile_options_proto() -> Vec<u8> {
     out
 }
 
+/// A compiler option set by name for one compilation (`CompileOptionsProto.env_option_overrides`):
+/// the plugin looks the name up among XLA's `DebugOptions` fields and rejects unknown ones.
+#[derive(Clone, Copy, Debug)]
+pub enum OptionOverride {
+    Bool(bool),
+    Int(i64),
+}
+
+/// `options` (a serialized `CompileOptionsProto`) with `overrides` added; the plugin's other
+/// defaults (and its `XLA_FLAGS`) stay as they are.
+pub fn with_option_overrides(options: &[u8], overrides: &[(&str, OptionOverride)]) -> Vec<u8> {
+    let mut out = options.to_vec();
+    for (name, value) in overrides {
+        // OptionOverrideProto: bool_field = 2, int_field = 3.
+        let mut v = Vec::new();
+        match *value {
+            OptionOverride::Bool(b) => put_varint_field(&mut v, 2, b as u64),
+            OptionOverride::Int(i) => put_varint_field(&mut v, 3, i as u64),
+        }
+        // The map entry: key = 1 (string), value = 2 (message).
+        let mut entry = Vec::new();
+        put_bytes_field(&mut entry, 1, name.as_bytes());
+        put_bytes_field(&mut entry, 2, &v);
+        put_bytes_field(&mut out, 7, &entry); // CompileOptionsProto.env_option_overrides
+    }
+    out
+}
+
+fn put_bytes_field(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
+    put_varint(out, (field << 3) | 2); // wire type 2 = length-delimited
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
 fn put_varint_field(out: &mut Vec<u8>, field: u64, value: u64) {
     put_varint(out, field << 3); // wire type 0 = varint
     put_varint(out, value);

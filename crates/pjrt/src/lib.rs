@@ -53,4 +53,4 @@ pub fn mark_forked() {
 pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
-pub use executable::{compile_options_proto, portable_compile_options_proto, LoadedExecutable};
+pub use executable::{compile_options_proto, portable_compile_options_proto, with_option_overrides, LoadedExecutable, OptionOverride};

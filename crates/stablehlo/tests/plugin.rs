@@ -697,3 +697,30 @@ fn invalid_text_is_rejected() {
     let text = b.finish(&y);
     assert!(client.compile(&text, &pjrt::compile_options_proto(1, 1)).is_err());
 }
+
+#[test]
+fn option_overrides_reach_the_compiler() {
+    // The quick tier of eager programs: the plugin takes options by DebugOptions field name,
+    // compiles with them, and refuses a name it does not know (so a typo cannot pass silently).
+    let Some(client) = client() else { return };
+    let mut b = Builder::new();
+    let x = b.param(TensorType::new(F32, &[3]));
+    let y = b.exp(x);
+    let y = b.mul(y, x);
+    let text = b.finish(&[y]);
+    use pjrt::OptionOverride::{Bool, Int};
+    let base = pjrt::compile_options_proto(1, 1);
+    let quick = pjrt::with_option_overrides(&base, &[("xla_backend_optimization_level", Int(0)), ("xla_cpu_use_fusion_emitters", Bool(false))]);
+    let exe = client.compile(&text, &quick).unwrap();
+    let dev = &client.addressable_devices()[0];
+    let xs = [0.5f32, -1.0, 2.0];
+    let bytes: Vec<u8> = xs.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let xb = client.buffer_from_host(&bytes, pjrt::ElementType::F32, &[3], None, dev).unwrap();
+    let out = exe.execute(&[&xb], dev).unwrap();
+    let mut got = [0u8; 12];
+    out[0].to_host(&mut got).unwrap();
+    let got: Vec<f32> = got.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    close(&got, &xs.map(|v| v.exp() * v), "exp(x) * x at the quick tier");
+    let bad = pjrt::with_option_overrides(&base, &[("xla_no_such_option", Int(1))]);
+    assert!(client.compile(&text, &bad).is_err());
+}
