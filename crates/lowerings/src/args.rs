@@ -65,6 +65,15 @@ impl Scalar {
             Scalar::Float(_) => DType::F64,
         }
     }
+
+    /// The number as a double (c10::Scalar::to<double>).
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Scalar::Int(i) => i as f64,
+            Scalar::Bool(b) => b as i64 as f64,
+            Scalar::Float(f) => f.value,
+        }
+    }
 }
 
 /// The argument names a lowering may read for an op: those of every overload of the ops

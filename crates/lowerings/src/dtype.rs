@@ -32,6 +32,15 @@ pub enum Category {
 }
 
 impl DType {
+    /// The dtype PyTorch does this dtype's arithmetic in (at::opmath_type): float32 for
+    /// 16- and 8-bit floats, the dtype itself otherwise.
+    pub fn opmath(self) -> DType {
+        match self {
+            DType::F16 | DType::BF16 | DType::F8E5M2 | DType::F8E4M3FN => DType::F32,
+            d => d,
+        }
+    }
+
     /// Every dtype the lowerings know.
     pub const ALL: [DType; 17] = {
         use DType::*;

@@ -19,14 +19,6 @@ pub(crate) enum Red {
     Or,
 }
 
-/// The dtype a reduction of `d` accumulates in: float32 for 16-bit floats.
-pub(crate) fn acc_type(d: DType) -> DType {
-    match d {
-        DType::F16 | DType::BF16 | DType::F8E5M2 | DType::F8E4M3FN => DType::F32,
-        d => d,
-    }
-}
-
 /// The identity of `red` for `elem`.
 pub(crate) fn identity(b: &mut Builder, red: Red, elem: ElemType) -> Value {
     use ElemType::*;

@@ -3,7 +3,7 @@
 //! hard/softshrink, threshold, glu, prelu and rrelu; the backward ops of sigmoid and tanh; and
 //! native_dropout. 16-bit floats compute in f32 and round once, like PyTorch's CPU kernels.
 use crate::args::{Arg, Args, Scalar, Tensor};
-use crate::blocks::reduce::acc_type;
+use crate::blocks::consts::k;
 use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{result_type, DType};
@@ -57,23 +57,9 @@ pub(crate) const OPS: &[Op] = &[
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-/// The dtype a kernel computes in: f32 for 16-bit floats.
-fn compute_dtype(d: DType) -> DType {
-    match d {
-        DType::BF16 | DType::F16 => DType::F32,
-        d => d,
-    }
-}
-
 fn float_kernel(d: DType, kernel: &str) -> Result<()> {
     check!(d.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, d.torch_name());
     Ok(())
-}
-
-/// A constant shaped like `like`.
-fn k(cx: &mut Cx, x: f64, like: Value) -> Value {
-    let (dt, dims) = (cx.dtype(like), cx.dims(like));
-    cx.full(x, dt, &dims)
 }
 
 /// A Scalar argument shaped like `like` (a runtime input for floats unless specialized).
@@ -81,14 +67,6 @@ fn s(cx: &mut Cx, args: &Args, name: &str, like: Value) -> Result<Value> {
     let sc = args.scalar(name)?;
     let (dt, dims) = (cx.dtype(like), cx.dims(like));
     Ok(cx.scalar_like(sc, dt, &dims))
-}
-
-fn scalar_value(s: Scalar) -> f64 {
-    match s {
-        Scalar::Int(i) => i as f64,
-        Scalar::Bool(b) => b as i64 as f64,
-        Scalar::Float(f) => f.value,
-    }
 }
 
 /// A float-only unary activation: `f` gets `self` in the compute dtype.
@@ -100,7 +78,7 @@ fn unary(
 ) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     float_kernel(x.dtype, kernel)?;
-    let v = cx.cast(x.v, compute_dtype(x.dtype));
+    let v = cx.cast(x.v, x.dtype.opmath());
     let out = f(cx, args, v)?;
     one(cx.cast(out, x.dtype))
 }
@@ -119,7 +97,7 @@ fn backward(
     let x = args.tensor(x_name)?;
     let dt = result_type(&[(g.dtype, g.rank), (x.dtype, x.rank)]).unwrap();
     float_kernel(dt, kernel)?;
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let gv = cx.cast(g.v, cdt);
     let xv = cx.cast(x.v, cdt);
     let vs = cx.broadcast_all(&[gv, xv])?;
@@ -145,7 +123,7 @@ fn softplus_value(cx: &mut Cx, x: Value) -> Value {
 fn threshold(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     check!(x.dtype != DType::Bool, NotImplemented, "\"threshold_cpu\" not implemented for 'Bool'");
-    let cdt = compute_dtype(x.dtype);
+    let cdt = x.dtype.opmath();
     let v = cx.cast(x.v, cdt);
     let th = s(cx, args, "threshold", v)?;
     let val = s(cx, args, "value", v)?;
@@ -160,7 +138,7 @@ fn threshold_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dt = result_type(&[(g.dtype, g.rank), (x.dtype, x.rank)]).unwrap();
     check!(dt != DType::Bool, NotImplemented, "\"threshold_cpu\" not implemented for 'Bool'");
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let gv = cx.cast(g.v, cdt);
     let xv = cx.cast(x.v, cdt);
     let vs = cx.broadcast_all(&[gv, xv])?;
@@ -316,7 +294,7 @@ fn leaky_relu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 }
 
 fn leaky_relu_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let slope = scalar_value(args.scalar("negative_slope")?);
+    let slope = args.scalar("negative_slope")?.to_f64();
     check!(
         !(args.bool("self_is_result")? && slope < 0.0),
         Runtime,
@@ -353,7 +331,7 @@ fn elu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn elu_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let is_result = args.bool("is_result")?;
     check!(
-        !(is_result && scalar_value(args.scalar("alpha")?) < 0.0),
+        !(is_result && args.scalar("alpha")?.to_f64() < 0.0),
         Runtime,
         "In-place elu backward calculation is triggered with a negative slope which is not supported. \
          This is caused by calling in-place forward function with a negative slope, please call out-of-place \
@@ -390,7 +368,7 @@ fn hardtanh(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if x.dtype == DType::Bool {
         return Err(TorchError::new(crate::torch_version::bool_activation_error(), "Bool inputs not supported for hardtanh"));
     }
-    let cdt = compute_dtype(x.dtype);
+    let cdt = x.dtype.opmath();
     let v = cx.cast(x.v, cdt);
     let lo = match args.opt_scalar("min_val")? {
         Some(sc) => cx.scalar_like(sc, cdt, &cx.dims(v)),
@@ -529,7 +507,7 @@ fn mish_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn log_sigmoid_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     float_kernel(x.dtype, "log_sigmoid_cpu")?;
-    let v = cx.cast(x.v, compute_dtype(x.dtype));
+    let v = cx.cast(x.v, x.dtype.opmath());
     let zero = k(cx, 0.0, v);
     let a = cx.abs(v);
     let na = cx.neg(a);
@@ -596,7 +574,7 @@ fn hardshrink_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn softshrink(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     float_kernel(x.dtype, "softshrink_check")?;
-    let lambd = scalar_value(args.scalar("lambd")?);
+    let lambd = args.scalar("lambd")?.to_f64();
     let (max, max_text) = match x.dtype {
         DType::F64 => (f64::MAX, "1.79769e+308"),
         DType::F16 => (65504.0, "65504"),
@@ -673,7 +651,7 @@ fn glu(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dim = glu_dim(cx, &x, args)?;
     float_kernel(x.dtype, "glu_cpu")?;
-    let v = cx.cast(x.v, compute_dtype(x.dtype));
+    let v = cx.cast(x.v, x.dtype.opmath());
     let (a, b) = halves(cx, v, dim);
     let sb = cx.logistic(b);
     let out = cx.mul(a, sb);
@@ -686,7 +664,7 @@ fn glu_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dim = glu_dim(cx, &x, args)?;
     float_kernel(x.dtype, "glu_backward_cpu")?;
-    let cdt = compute_dtype(x.dtype);
+    let cdt = x.dtype.opmath();
     let v = cx.cast(x.v, cdt);
     let gv = cx.cast(g.v, cdt);
     let (a, b) = halves(cx, v, dim);
@@ -736,7 +714,7 @@ fn glu_jvp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dim = wrap_dim(args.int("dim")?, xd.len())?;
     let h = size_at(cx, r.v, dim)?;
     check!(!xd.is_empty(), Runtime, "narrow() cannot be applied to a 0-dim tensor.");
-    let cdt = compute_dtype(r.dtype);
+    let cdt = r.dtype.opmath();
     let xv = cx.cast(x.v, cdt);
     let dv = cx.cast(dx.v, cdt);
     let (_, b) = glu_halves(cx, xv, dim, h)?;
@@ -775,7 +753,7 @@ fn glu_backward_jvp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let ts = [gx, gg, x, dgg, dx];
     let dt = crate::dtype::result_type(&ts.iter().map(|t| (t.dtype, t.rank)).collect::<Vec<_>>()).unwrap();
     let dt = if dt.is_float() { dt } else { DType::F32 };
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let c = |cx: &mut Cx, t: &Tensor| cx.cast(t.v, cdt);
     let (xv, dxv, gxv, ggv, dggv) = (c(cx, &x), c(cx, &dx), c(cx, &gx), c(cx, &gg), c(cx, &dgg));
     let (a, b) = glu_halves(cx, xv, dim, h)?;
@@ -808,7 +786,7 @@ fn prelu_kernel(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let w = args.tensor("weight")?;
     let dt = result_type(&[(x.dtype, x.rank), (w.dtype, w.rank)]).unwrap();
     float_kernel(dt, "prelu_cpu")?;
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let xv = cx.cast(x.v, cdt);
     let wv = cx.cast(w.v, cdt);
     let vs = cx.broadcast_all(&[xv, wv])?;
@@ -827,7 +805,7 @@ fn prelu_kernel_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let w = args.tensor("weight")?;
     let dt = result_type(&[(g.dtype, g.rank), (x.dtype, x.rank), (w.dtype, w.rank)]).unwrap();
     float_kernel(dt, "prelu_backward_cpu")?;
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let gv = cx.cast(g.v, cdt);
     let xv = cx.cast(x.v, cdt);
     let wv = cx.cast(w.v, cdt);
@@ -853,7 +831,7 @@ fn native_dropout(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("input")?;
     let p = match args.get("p") {
         Some(crate::args::Arg::Float(f)) => f.value,
-        _ => scalar_value(args.scalar("p")?),
+        _ => args.scalar("p")?.to_f64(),
     };
     let train = args.get("train").map_or(true, |a| !matches!(a, crate::args::Arg::Bool(false)));
     let dims = cx.dims(x.v);
@@ -883,7 +861,7 @@ fn native_dropout(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let thr = cx.full(p1m, DType::F32, &dims);
     let mask = cx.compare(CmpDir::Lt, u, thr);
     let scale = if p1m == 0.0 { 0.0 } else { 1.0 / p1m };
-    let cdt = compute_dtype(x.dtype);
+    let cdt = x.dtype.opmath();
     let xv = cx.cast(x.v, cdt);
     let s = cx.full(scale, cdt, &dims);
     let out = masked_scale(cx, xv, mask, s);
@@ -907,7 +885,7 @@ fn native_dropout_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let gm = result_type(&[(g.dtype, g.rank), (m.dtype, m.rank)]).unwrap();
     // The float scale promotes like a Python number.
     let dt = result_type(&[(gm, crate::dtype::Rank::Dim), (DType::F64, crate::dtype::Rank::Wrapped)]).unwrap();
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let gv = cx.cast(g.v, cdt);
     let out = if m.dtype == DType::Bool {
         let vs = cx.broadcast_all(&[gv, m.v])?;
@@ -942,8 +920,8 @@ fn rrelu_with_noise_functional(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
     let x = args.tensor("self")?;
     let noise = args.tensor("noise")?;
-    let lower = args.opt_scalar("lower")?.map_or(0.125, scalar_value);
-    let upper = args.opt_scalar("upper")?.map_or(1.0 / 3.0, scalar_value);
+    let lower = args.opt_scalar("lower")?.map_or(0.125, Scalar::to_f64);
+    let upper = args.opt_scalar("upper")?.map_or(1.0 / 3.0, Scalar::to_f64);
     let training = args.bool_or("training", false)?;
     let xd = cx.dims(x.v);
     let nd = cx.dims(noise.v);
@@ -958,7 +936,7 @@ fn rrelu_core(cx: &mut Cx, args: &Args) -> Result<(Value, Value)> {
     let dt = x.dtype;
     if !training {
         check!(dt.is_float(), NotImplemented, "\"leaky_relu_cpu\" not implemented for '{}'", dt.torch_name());
-        let acc = acc_type(dt);
+        let acc = dt.opmath();
         let xv = cx.cast(x.v, acc);
         let slope = (lower + upper) / 2.0;
         let s = k(cx, slope, xv);

@@ -8,7 +8,7 @@
 //! (f64 stays f64); the two products take the inputs' dtype with f32 accumulation.
 use crate::args::{Arg, Args, Tensor};
 use crate::blocks::contract::contract;
-use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::blocks::reduce::{reduce, Red};
 use crate::cx::{broadcast_shapes, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -92,7 +92,7 @@ fn setup(cx: &Cx, q: &Tensor, k: &Tensor, v: &Tensor, args: &Args) -> Result<Att
         ev: vd[3],
         scale,
         causal: args.bool_or("is_causal", false)?,
-        acc: acc_type(q.dtype),
+        acc: q.dtype.opmath(),
     })
 }
 

@@ -19,14 +19,6 @@ pub(crate) const OPS: &[Op] = &[
     op("convolution_backward", convolution_backward),
 ];
 
-/// The dtype a convolution accumulates in: f32 for 16-bit floats.
-fn acc_dtype(d: DType) -> DType {
-    match d {
-        DType::BF16 | DType::F16 => DType::F32,
-        d => d,
-    }
-}
-
 /// Stride, padding, dilation and groups of one call, one entry per spatial dim.
 struct Params {
     stride: Vec<i64>,
@@ -97,7 +89,7 @@ fn conv(
     let d = cx.dtype(lhs);
     let precise = matches!(d, DType::F32 | DType::F64);
     cx.set_precision(if precise { Some(Precision::Highest) } else { None });
-    cx.convolution(lhs, rhs, strides, padding, lhs_dilation, rhs_dilation, dn, feature_groups, batch_groups, acc_dtype(d).elem())
+    cx.convolution(lhs, rhs, strides, padding, lhs_dilation, rhs_dilation, dn, feature_groups, batch_groups, d.opmath().elem())
 }
 
 /// The regular (cross-correlation) convolution of x (N, C, ...) and w (O, C/g, ...).
@@ -310,7 +302,7 @@ fn convolution_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let grad_bias = if !mask[2] {
         unused(cx, dt)
     } else {
-        let acc = acc_dtype(dt);
+        let acc = dt.opmath();
         let g = cx.cast(gv, acc);
         let zero = cx.b.constant_f64(0.0, acc.elem());
         let mut dims = vec![0i64];

@@ -5,7 +5,7 @@ use crate::args::{Arg, Args, Tensor};
 use crate::blocks::consts::{ik, iota, k};
 use crate::blocks::contract::contract;
 use crate::blocks::gather::take_1d;
-use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::blocks::reduce::{reduce, Red};
 use crate::blocks::round16::round_to;
 use crate::blocks::type_names::{check_float_kernel, check_scalar_type};
 use crate::cx::{broadcast_shapes, Cx};
@@ -174,7 +174,7 @@ fn cdist_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let euclid = p == 2.0 && (mode == 1 || (mode == 0 && (s.r1 > 25 || s.r2 > 25)));
     check_scalar_type(dt, x2.dtype)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let a = batched(cx, x1.v, &s.batch);
     let bv = batched(cx, x2.v, &s.batch);
     let res = if euclid {

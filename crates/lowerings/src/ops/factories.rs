@@ -101,14 +101,6 @@ fn to_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     one(cx.cast(x.v, dt))
 }
 
-fn scalar_f64(s: Scalar) -> f64 {
-    match s {
-        Scalar::Int(i) => i as f64,
-        Scalar::Bool(b) => b as i64 as f64,
-        Scalar::Float(f) => f.value,
-    }
-}
-
 /// The dtype of a factory's result: its out= tensor (eager), else `dtype=`, else PyTorch's
 /// inference from the numbers (int64 when all are integers, else the default float).
 fn factory_dtype(args: &Args, numbers: &[Option<Scalar>]) -> Result<DType> {
@@ -127,9 +119,9 @@ fn factory_dtype(args: &Args, numbers: &[Option<Scalar>]) -> Result<DType> {
 fn arange(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (s0, s1, s2) = (args.opt_scalar("start")?, args.opt_scalar("end")?, args.opt_scalar("step")?);
     let dtype = factory_dtype(args, &[s0, s1, s2])?;
-    let start = s0.map(scalar_f64).unwrap_or(0.0);
-    let end = scalar_f64(args.scalar("end")?);
-    let step = s2.map(scalar_f64).unwrap_or(1.0);
+    let start = s0.map(Scalar::to_f64).unwrap_or(0.0);
+    let end = args.scalar("end")?.to_f64();
+    let step = s2.map(Scalar::to_f64).unwrap_or(1.0);
     check!(step != 0.0, Runtime, "step must be nonzero");
     check!(start.is_finite() && end.is_finite(), Runtime, "unsupported range: {} -> {}", start, end);
     check!(
@@ -174,7 +166,7 @@ fn range(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         dtype.torch_name()
     );
     let conv = |s: Scalar| -> f64 {
-        let v = scalar_f64(s);
+        let v = s.to_f64();
         match dtype {
             d if d.is_integral() => v.trunc(),
             DType::F16 | DType::BF16 => v as f32 as f64,
@@ -226,8 +218,8 @@ fn fmt_num(v: f64) -> String {
 /// second half from end so both ends are exact.
 fn linspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dtype = factory_dtype(args, &[Some(Scalar::Float(crate::FloatArg { value: 0.0, slot: None }))])?;
-    let start = scalar_f64(args.scalar("start")?);
-    let end = scalar_f64(args.scalar("end")?);
+    let start = args.scalar("start")?.to_f64();
+    let end = args.scalar("end")?.to_f64();
     let steps = args.int("steps")?;
     check!(steps >= 0, Runtime, "number of steps must be non-negative");
     let acc = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
@@ -271,11 +263,11 @@ fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let from = args.opt_scalar("from")?.unwrap_or(Scalar::Int(0));
     let to = args.opt_scalar("to")?.unwrap_or(Scalar::Int(1));
     check!(
-        scalar_f64(from) <= scalar_f64(to),
+        from.to_f64() <= to.to_f64(),
         Runtime,
         "uniform_ expects to return a [from, to) range, but found from={} > to={}",
-        scalar_f64(from),
-        scalar_f64(to)
+        from.to_f64(),
+        to.to_f64()
     );
     let double = x.dtype == DType::F64;
     let acc = if double { DType::F64 } else { DType::F32 };
@@ -399,7 +391,7 @@ fn normal_complex(cx: &mut Cx, args: &Args, dtype: DType, dims: &[i64], mean_t: 
         }
         None => {
             let s = args.opt_scalar("std")?.unwrap_or(Scalar::Int(1));
-            check!(scalar_f64(s) >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", scalar_f64(s));
+            check!(s.to_f64() >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", s.to_f64());
             cx.scalar_like(s, part, dims)
         }
     };
@@ -520,11 +512,11 @@ fn logspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(!dtype.is_complex(), NotImplemented, "logspace: complex results are not supported on tpu yet");
     let steps = args.int("steps")?;
     check!(steps >= 0, Runtime, "number of steps must be non-negative");
-    let start = scalar_f64(args.scalar("start")?);
-    let end = scalar_f64(args.scalar("end")?);
+    let start = args.scalar("start")?.to_f64();
+    let end = args.scalar("end")?.to_f64();
     let base = match args.get("base") {
         Some(crate::Arg::Float(f)) => f.value,
-        _ => args.opt_scalar("base")?.map(scalar_f64).unwrap_or(10.0),
+        _ => args.opt_scalar("base")?.map(Scalar::to_f64).unwrap_or(10.0),
     };
     let values: Vec<f64> = if steps == 1 {
         vec![base.powf(start)]

@@ -8,7 +8,7 @@
 use crate::args::{Arg, Args, Tensor};
 // `constant` is this file's name for consts::k.
 use crate::blocks::consts::{k, k as constant};
-use crate::blocks::reduce::{acc_type, reduce, reduce_back, unreduce, Red};
+use crate::blocks::reduce::{reduce, reduce_back, unreduce, Red};
 use crate::blocks::round16::is_16bit;
 use crate::blocks::type_names::check_scalar_type;
 use crate::cx::Cx;
@@ -95,7 +95,7 @@ fn batch_norm_core(
     let c = dims[1];
     let mixed = is_16bit(x.dtype) && [bn.w, bn.b, bn.rm, bn.rv].iter().flatten().any(|t| t.dtype == DType::F32);
     let stat_dt = if mixed { DType::F32 } else { x.dtype };
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let red: Vec<i64> = (0..dims.len() as i64).filter(|&d| d != 1).collect();
     let v = cx.cast(x.v, acc);
     let eps = scalar_float(args, "eps", acc, cx)?;
@@ -225,7 +225,7 @@ fn batch_norm_update_stats(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let mixed = is_16bit(x.dtype) && [rm, rv].iter().flatten().any(|t| t.dtype == DType::F32);
     let stat_dt = if mixed { DType::F32 } else { x.dtype };
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let red: Vec<i64> = (0..dims.len() as i64).filter(|&d| d != 1).collect();
     let v = cx.cast(x.v, acc);
     let (mean, var, unbiased) = channel_stats(cx, v, &dims, &red, acc, c);
@@ -258,7 +258,7 @@ fn native_batch_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let c = dims[1];
     let w = args.opt_tensor("weight")?;
     let train = args.bool("train")?;
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let red: Vec<i64> = (0..dims.len() as i64).filter(|&d| d != 1).collect();
     let gv = cx.cast(g.v, acc);
     let xv = cx.cast(x.v, acc);
@@ -364,7 +364,7 @@ fn native_layer_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let inner: Vec<i64> = (axis as i64..dims.len() as i64).collect();
     let mixed = is_16bit(x.dtype) && [w, b].iter().flatten().any(|t| t.dtype == DType::F32);
     let stat_dt = if mixed { DType::F32 } else { x.dtype };
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let v = cx.cast(x.v, acc);
     let n: i64 = shape.iter().product();
     let s = reduce(cx, v, &inner, Red::Sum);
@@ -418,7 +418,7 @@ fn native_layer_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let rstd = args.tensor("rstd")?;
     let w = args.opt_tensor("weight")?;
     let b = args.opt_tensor("bias")?;
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let gv = cx.cast(g.v, acc);
     let xv = cx.cast(x.v, acc);
     // mean and rstd hold one value per outer index (shaped [outer..., 1...] or flat).
@@ -530,7 +530,7 @@ fn weight_norm_interface(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (rest, n) = weight_norm_layout(cx, &v, &g, dim, "weight_norm_kernel")?;
     check_same_dtype(v.dtype, &g)?;
     let dims = cx.dims(v.v);
-    let acc = acc_type(v.dtype);
+    let acc = v.dtype.opmath();
     let x = cx.cast(v.v, acc);
     let sq = cx.mul(x, x);
     let ss = reduce(cx, sq, &rest, Red::Sum);
@@ -569,7 +569,7 @@ fn weight_norm_interface_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> 
         cx.dims(gw.v),
         cx.dims(norms.v)
     );
-    let acc = acc_type(v.dtype);
+    let acc = v.dtype.opmath();
     let x = cx.cast(v.v, acc);
     let dw = cx.cast(gw.v, acc);
     let prod = cx.mul(dw, x);
@@ -736,7 +736,7 @@ fn native_group_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let rstd = cx.full(f64::NAN, stat_dt, &[n, group]);
         return Ok(vec![Out::Tensor(y), Out::Tensor(mean), Out::Tensor(rstd)]);
     }
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let d = c / group;
     let xv = cx.cast(x.v, acc);
     let xg = cx.reshape(xv, &[n, group, d * hw]);
@@ -798,7 +798,7 @@ fn native_group_norm_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let gb = cx.full(0.0, pdt, &[c]);
         return Ok(vec![Out::Tensor(gx), Out::Tensor(gw), Out::Tensor(gb)]);
     }
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let d = c / group;
     let dims = [n, c, hw];
     let dyv = cx.cast(dy.v, acc);

@@ -27,14 +27,6 @@ pub(crate) const OPS: &[Op] = &[
 
 // ---- lerp, addcmul, addcdiv -----------------------------------------------------------------
 
-/// The dtype a kernel computes in: f32 for 16-bit floats.
-fn compute_dtype(d: DType) -> DType {
-    match d {
-        DType::BF16 | DType::F16 => DType::F32,
-        d => d,
-    }
-}
-
 /// lerp(self, end, weight): |weight| < 0.5 ? self + weight * (end - self)
 ///                                          : end - (end - self) * (1 - weight).
 fn lerp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -69,7 +61,7 @@ fn lerp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         if weight.is_some() { "lerp_kernel_tensor" } else { "lerp_kernel_scalar" },
         x.dtype.torch_name()
     );
-    let cdt = compute_dtype(x.dtype);
+    let cdt = x.dtype.opmath();
     let xv = cx.cast(x.v, cdt);
     let ev = cx.cast(end.v, cdt);
     let wv = match weight {
@@ -109,7 +101,7 @@ fn addc_operands(cx: &mut Cx, args: &Args, kernel: &str) -> Result<(Vec<Value>, 
     let t2 = args.tensor("tensor2")?;
     let dt = result_type(&[(x.dtype, x.rank), (t1.dtype, t1.rank), (t2.dtype, t2.rank)]).unwrap();
     check!(dt != DType::Bool, NotImplemented, "\"{}\" not implemented for 'Bool'", kernel);
-    let cdt = compute_dtype(dt);
+    let cdt = dt.opmath();
     let vals: Vec<Value> = [x, t1, t2].iter().map(|t| cx.cast(t.v, cdt)).collect();
     let vs = cx.broadcast_all(&vals)?;
     let dims = cx.dims(vs[0]);

@@ -5,8 +5,8 @@
 //! Selections sort once (stable, NaN last) and pick positions, which reproduces PyTorch's
 //! index choices: nth_element on (value, index) pairs for median, the last of equal values
 //! for mode (whose CPU kernel sorts stably for up to 16 elements).
-use crate::args::{Args, Scalar, Tensor};
-use crate::blocks::reduce::{acc_type, keep, opt_dtype, reduce, reduce_dims, sort_with_indices, unreduce, Red};
+use crate::args::{Args, Tensor};
+use crate::blocks::reduce::{keep, opt_dtype, reduce, reduce_dims, sort_with_indices, unreduce, Red};
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -38,14 +38,6 @@ pub(crate) const OPS: &[Op] = &[
 fn no_complex(x: &Tensor, op: &str) -> Result<()> {
     check!(!x.dtype.is_complex(), NotImplemented, "{}: complex tensors are not supported on tpu yet", op);
     Ok(())
-}
-
-fn scalar_f64(s: Scalar) -> f64 {
-    match s {
-        Scalar::Int(i) => i as f64,
-        Scalar::Bool(b) => b as i64 as f64,
-        Scalar::Float(f) => f.value,
-    }
 }
 
 /// PyTorch's zero_numel_check_dims for one reduced dim: an empty reduced dim has no identity.
@@ -103,10 +95,10 @@ fn nansum(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
     let keepdim = args.bool_or("keepdim", false)?;
     let v = cx.cast(x.v, dt);
-    let v = cx.cast(v, acc_type(dt));
+    let v = cx.cast(v, dt.opmath());
     let v = if cx.elem(v).is_float() {
         let nan = cx.compare(CmpDir::Ne, v, v);
-        let z = cx.full(0.0, acc_type(dt), &in_dims);
+        let z = cx.full(0.0, dt.opmath(), &in_dims);
         cx.select(nan, z, v)
     } else {
         v
@@ -493,7 +485,7 @@ fn logcumsumexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     // PyTorch's CPU kernel accumulates in at::acc_type<T, /*is_cuda=*/false>: double for
     // float, float for the 16-bit types.
-    let acc = if x.dtype == DType::F32 { DType::F64 } else { acc_type(x.dtype) };
+    let acc = if x.dtype == DType::F32 { DType::F64 } else { x.dtype.opmath() };
     let v = cx.cast(x.v, acc);
     let id = cx.constant_f64(f64::NEG_INFINITY, acc.elem());
     let r = scan_with(cx, &[v], d, &[id], |b, early, late| {
@@ -524,8 +516,8 @@ fn logcumsumexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 /// by maxnorm / (norm + 1e-7); the norm is taken in float32 for 16-bit floats.
 fn renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
-    let p = scalar_f64(args.scalar("p")?);
-    let maxnorm = scalar_f64(args.scalar("maxnorm")?);
+    let p = args.scalar("p")?.to_f64();
+    let maxnorm = args.scalar("maxnorm")?.to_f64();
     check!(p > 0.0, Runtime, "renorm: non-positive-norm not supported");
     check!(maxnorm >= 0.0, Runtime, "renorm: expected maxnorm to be >= 0 but got {}", maxnorm);
     check!(
@@ -538,7 +530,7 @@ fn renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let in_dims = cx.dims(x.v);
     let d = wrap_dim(args.int("dim")?, in_dims.len())?;
     let others: Vec<i64> = (0..in_dims.len() as i64).filter(|&i| i != d as i64).collect();
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let v = cx.cast(x.v, acc);
     let a = cx.abs(v);
     let norm = if p == f64::INFINITY {

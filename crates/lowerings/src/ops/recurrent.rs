@@ -9,7 +9,7 @@
 //! hidden new-gate pre-activation plus its bias. Arithmetic runs in float32 for 16-bit inputs
 //! (the kernels' accumulate type) and each result is rounded once.
 use crate::args::{Args, Tensor};
-use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::blocks::reduce::{reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -169,7 +169,7 @@ fn through_tanh(cx: &mut Cx, g: Value, t: Value) -> Value {
 /// The bias gradient: the gate gradients (as returned, in their dtype) summed over the batch.
 fn bias_grad(cx: &mut Cx, grad_gates: Value) -> Value {
     let dt = cx.dtype(grad_gates);
-    let g = cx.cast(grad_gates, acc_type(dt));
+    let g = cx.cast(grad_gates, dt.opmath());
     let s = reduce(cx, g, &[0], Red::Sum);
     cx.cast(s, dt)
 }
@@ -226,7 +226,7 @@ fn fused_lstm_cell(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let from = "_thnn_fused_lstm_cell";
     let (ig, hg, c, ib, hb, _) = check_cell(cx, args, 4, from, "cx")?;
     let dt = check_dtypes(&[Some(ig), Some(hg), Some(c), ib, hb], from)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let (i, h, bs) = gate_sum(cx, ig.v, hg.v, ib.zip(hb).map(|(a, b)| (a.v, b.v)), 4, acc);
     let mut g = cx.add(i, h);
     if let Some((b1, b2)) = bs {
@@ -285,7 +285,7 @@ fn fused_lstm_cell_backward_impl(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let wd = cx.dims(ws.v);
     check!(wd == [size[0], size[1] * 4], Runtime, "{}: expected workspace of size {}, got {}", from, dims_str(&[size[0], size[1] * 4]), dims_str(&wd));
     let dt = check_dtypes(&[Some(ws), ghy, gcy, Some(c), Some(cy)], from)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let (b, hsz) = (size[0], size[1]);
     let zero = cx.full(0.0, acc, &[b, hsz]);
     let go = match ghy {
@@ -329,7 +329,7 @@ fn fused_gru_cell(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let from = "_thnn_fused_gru_cell";
     let (ig, hg, hx, ib, hb, _) = check_cell(cx, args, 3, from, "hx")?;
     let dt = check_dtypes(&[Some(ig), Some(hg), Some(hx), ib, hb], from)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let (i, h, bs) = gate_sum(cx, ig.v, hg.v, ib.zip(hb).map(|(a, b)| (a.v, b.v)), 3, acc);
     // r and z: input + hidden + input bias + hidden bias; n: input + input bias + r * (hidden
     // + hidden bias).
@@ -372,7 +372,7 @@ fn fused_gru_cell_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let gd = cx.dims(g.v);
     check_size(cx, &ws, 2, "workspace", &[gd[0], gd[1] * 5], from)?;
     let dt = check_dtypes(&[Some(ws), Some(g)], from)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let w = gates(cx, ws.v, 5, acc);
     let rg = gate(cx, w, 0);
     let zg = gate(cx, w, 1);

@@ -6,7 +6,7 @@
 //! 16-bit floats are reduced in float32 and rounded once at the end, as PyTorch's CPU kernels
 //! accumulate them.
 use crate::args::{Arg, Args, Scalar, Tensor};
-use crate::blocks::reduce::{acc_type, identity, keep, opt_dtype, reduce, reduce_dims, scan, sort_with_indices, unreduce, Red};
+use crate::blocks::reduce::{identity, keep, opt_dtype, reduce, reduce_dims, scan, sort_with_indices, unreduce, Red};
 use crate::blocks::type_names::meta_name;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{promote, result_type, DType};
@@ -111,7 +111,7 @@ fn sum_or_prod(cx: &mut Cx, args: &Args, red: Red) -> Result<Vec<Out>> {
     let keepdim = args.bool_or("keepdim", false)?;
     // PyTorch converts the input to the result dtype, then accumulates (16-bit floats in f32).
     let v = cx.cast(x.v, dt);
-    let v = cx.cast(v, acc_type(dt));
+    let v = cx.cast(v, dt.opmath());
     let r = reduce(cx, v, &dims, red);
     let r = cx.cast(r, dt);
     one(keep(cx, r, &in_dims, &dims, keepdim))
@@ -143,7 +143,7 @@ fn mean(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let in_dims = cx.dims(x.v);
     let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
     let keepdim = args.bool_or("keepdim", false)?;
-    let r = mean_values(cx, x.v, &in_dims, &dims, acc_type(dt));
+    let r = mean_values(cx, x.v, &in_dims, &dims, dt.opmath());
     let r = cx.cast(r, dt);
     one(keep(cx, r, &in_dims, &dims, keepdim))
 }
@@ -325,7 +325,7 @@ fn var_std(cx: &mut Cx, args: &Args, take_sqrt: bool, with_mean: bool) -> Result
     let in_dims = cx.dims(x.v);
     let dims = reduce_dims(args.opt_ints("dim")?, in_dims.len(), false)?;
     let keepdim = args.bool_or("keepdim", false)?;
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let v = cx.cast(x.v, acc);
     let m = mean_values(cx, v, &in_dims, &dims, acc);
     let mb = unreduce(cx, m, &in_dims, &dims);
@@ -398,7 +398,7 @@ fn logsumexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         bail!(Runtime, "output with shape [] doesn't match the broadcast shape {:?}", vec![1; in_dims.len()]);
     }
     let dims = reduce_dims(Some(raw), in_dims.len(), false)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let v = cx.cast(x.v, acc);
     let m = reduce(cx, v, &dims, Red::Max);
     let rd = cx.dims(m);
@@ -418,14 +418,6 @@ fn logsumexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 }
 
 // ---- norms -------------------------------------------------------------------------------------------
-
-fn scalar_value(s: Scalar) -> f64 {
-    match s {
-        Scalar::Int(i) => i as f64,
-        Scalar::Bool(b) => b as i64 as f64,
-        Scalar::Float(f) => f.value,
-    }
-}
 
 /// A norm order as PyTorch prints a Scalar: `2`, `-1`, `inf`, `0.5`.
 fn ord_text(p: f64) -> String {
@@ -478,7 +470,7 @@ fn linalg_vector_norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         "linalg.vector_norm: Expected a floating point or complex tensor as input. Got {}",
         x.dtype.torch_name()
     );
-    let p = args.opt_scalar("ord")?.map(scalar_value).unwrap_or(2.0);
+    let p = args.opt_scalar("ord")?.map(Scalar::to_f64).unwrap_or(2.0);
     let dtype = opt_dtype(args, "dtype")?;
     if let Some(d) = dtype {
         check!(
@@ -530,7 +522,7 @@ fn norm_over(cx: &mut Cx, args: &Args, x: &Tensor, p: f64, dtype: Option<DType>,
     let keepdim = args.bool_or("keepdim", false)?;
     let dt = dtype.unwrap_or(x.dtype).to_real();
     let v = cx.cast(x.v, dtype.unwrap_or(x.dtype));
-    let v = cx.cast(v, acc_type(dt));
+    let v = cx.cast(v, dt.opmath());
     let r = vector_norm_values(cx, v, &dims, p);
     let r = cx.cast(r, dt);
     one(keep(cx, r, &in_dims, &dims, keepdim))
@@ -546,7 +538,7 @@ fn norm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         x.dtype.torch_name()
     );
     no_complex(&x, "norm")?;
-    let p = args.opt_scalar("p")?.map(scalar_value).unwrap_or(2.0);
+    let p = args.opt_scalar("p")?.map(Scalar::to_f64).unwrap_or(2.0);
     let dtype = opt_dtype(args, "dtype")?;
     norm_over(cx, args, &x, p, dtype, args.opt_ints("dim")?)
 }
@@ -563,7 +555,7 @@ fn cumulative(cx: &mut Cx, args: &Args, red: Red) -> Result<Vec<Out>> {
     if in_dims.is_empty() {
         return one(v);
     }
-    let v = cx.cast(v, acc_type(dt));
+    let v = cx.cast(v, dt.opmath());
     let r = scan(cx, v, d, red);
     one(cx.cast(r, dt))
 }

@@ -1,7 +1,7 @@
 //! Softmax along a dim: _softmax, _log_softmax and their backward ops _softmax_backward_data
 //! and _log_softmax_backward_data. 16-bit floats are computed in float32 and rounded once.
 use crate::args::Args;
-use crate::blocks::reduce::{acc_type, along, opt_dtype, reduce_back, Red};
+use crate::blocks::reduce::{along, opt_dtype, reduce_back, Red};
 use crate::blocks::round16::is_16bit;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -49,7 +49,7 @@ fn softmax(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
             v
         }
     };
-    let v = cx.cast(x.v, acc_type(x.dtype));
+    let v = cx.cast(x.v, x.dtype.opmath());
     let m = reduce_back(cx, v, &dims, Red::Max);
     let z = cx.sub(v, m);
     let e = cx.exp(z);
@@ -83,7 +83,7 @@ fn softmax_backward(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
         cx.dims(out.v)
     );
     let dims = along(args.int("dim")?, cx.dims(g.v).len())?;
-    let acc = acc_type(g.dtype);
+    let acc = g.dtype.opmath();
     let gv = cx.cast(g.v, acc);
     let ov = cx.cast(out.v, acc);
     let r = if log {

@@ -12,7 +12,7 @@
 //! dtype where it does; products accumulate in float32.
 use crate::args::{Args, Scalar, Tensor};
 use crate::blocks::contract::contract;
-use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::blocks::reduce::{reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -258,7 +258,7 @@ fn masked_softmax(cx: &mut Cx, s: Value, mask: Option<Value>, dt: DType) -> Valu
 /// in the accumulate type rounded to the input dtype).
 fn attention(cx: &mut Cx, q: &Tensor, k: &Tensor, v: &Tensor, m: &Mha) -> Result<(Value, Value)> {
     let dt = q.dtype;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let qd = cx.dims(q.v);
     let (b, t, d) = (qd[0], qd[1], m.embed_dim);
     let s_len = cx.dims(k.v)[1];
@@ -367,7 +367,7 @@ fn transformer_encoder_layer_fwd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let dt = src.dtype;
     check!(dt.is_float(), NotImplemented, "\"transform_bias_rescale_qkv\" not implemented for '{}'", dt.torch_name());
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let x0 = cx.cast(src.v, acc);
     let mut x = src;
     if norm_first {

@@ -143,10 +143,7 @@ fn linalg_matrix_exp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         "\"linalg_matrix_exp\" not implemented for '{}'",
         a.dtype.torch_name()
     );
-    let wide = match a.dtype {
-        DType::F16 | DType::BF16 => DType::F32,
-        d => d,
-    };
+    let wide = a.dtype.opmath();
     let mm = mats(cx, a.v);
     if mm.bs == 0 || mm.n == 0 {
         return one(a.v);

@@ -3,7 +3,7 @@
 use crate::args::{Args, Tensor};
 // `constant` is this file's name for consts::k.
 use crate::blocks::consts::k as constant;
-use crate::blocks::reduce::{acc_type, reduce, Red};
+use crate::blocks::reduce::{reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -141,7 +141,7 @@ fn nll_loss_forward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> {
     let n = nll_args(cx, args, two_d)?;
     let red = reduction(args)?;
     let ignore = args.int("ignore_index")?;
-    let acc = acc_type(n.x.dtype);
+    let acc = n.x.dtype.opmath();
     let (onehot, wi) = nll_select(cx, &n, ignore, acc);
     let xv = cx.cast(n.x.v, acc);
     let xd = cx.dims(xv);
@@ -184,7 +184,7 @@ fn nll_loss_backward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> 
     let n = nll_args(cx, args, two_d)?;
     let red = reduction(args)?;
     let ignore = args.int("ignore_index")?;
-    let acc = acc_type(n.x.dtype);
+    let acc = n.x.dtype.opmath();
     let (onehot, wi) = nll_select(cx, &n, ignore, acc);
     let xd = cx.dims(n.x.v);
     let td = cx.dims(wi);

@@ -4,7 +4,6 @@
 use crate::args::{Args, Tensor};
 // `constant` is this file's name for consts::k.
 use crate::blocks::consts::k as constant;
-use crate::blocks::reduce::acc_type;
 use crate::blocks::round16::round_to;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType};
@@ -61,7 +60,7 @@ fn mse_loss(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let y = args.tensor("target")?;
     let dt = loss_dtype(&[x, y], "mse_cpu")?;
     let red = reduction(args)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let a = cx.cast(x.v, dt);
     let a = cx.cast(a, acc);
     let b = cx.cast(y.v, dt);
@@ -92,7 +91,7 @@ fn mse_loss_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cx.mul(d, vs[2]));
     }
     let dt = loss_dtype(&[x, y, g], "mse_backward_cpu")?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let norm = if red == Reduction::Mean { 2.0 / cx.numel(x.v) as f64 } else { 2.0 };
     let vals: Vec<Value> = [x, y, g]
         .iter()
@@ -121,7 +120,7 @@ fn bce_operands(cx: &mut Cx, args: &Args) -> Result<(Tensor, Vec<Value>, Option<
     let t = args.tensor("target")?;
     check!(x.dtype.is_float(), NotImplemented, "\"binary_cross_entropy\" not implemented for '{}'", x.dtype.torch_name());
     check!(t.dtype == x.dtype, Runtime, "Found dtype {} but expected {}", t.dtype.torch_name(), x.dtype.torch_name());
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let xv = cx.cast(x.v, acc);
     let tv = cx.cast(t.v, acc);
     let vs = cx.broadcast_all(&[xv, tv])?;
@@ -237,7 +236,7 @@ fn robust_loss(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec<Out>> {
     let dt = loss_dtype(&[x, y], if smooth_l1 { "smooth_l1_cpu" } else { "huber_cpu" })?;
     let red = reduction(args)?;
     let t = robust_threshold(args, smooth_l1)?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let a = cx.cast(x.v, acc);
     let b = cx.cast(y.v, acc);
     let vs = cx.broadcast_all(&[a, b])?;
@@ -293,7 +292,7 @@ fn robust_loss_backward(cx: &mut Cx, args: &Args, smooth_l1: bool) -> Result<Vec
         return one(cx.mul(o, vs[2]));
     }
     let dt = loss_dtype(&[x, y, g], if smooth_l1 { "smooth_l1_backward_cpu" } else { "huber_backward_cpu" })?;
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let vals: Vec<Value> = [x, y, g].iter().map(|t| cx.cast(t.v, acc)).collect();
     let vs = cx.broadcast_all(&vals)?;
     let d = cx.sub(vs[0], vs[1]);

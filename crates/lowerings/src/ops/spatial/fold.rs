@@ -1,6 +1,5 @@
 //! Sliding blocks: im2col (F.unfold) and col2im (F.fold).
 use crate::args::Args;
-use crate::blocks::reduce::acc_type;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -193,7 +192,7 @@ fn col2im(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if nb * c == 0 {
         return one(zeros(cx, x.dtype, &out_dims));
     }
-    let work = if x.dtype.is_float() { acc_type(x.dtype) } else { x.dtype };
+    let work = if x.dtype.is_float() { x.dtype.opmath() } else { x.dtype };
     let v = cx.cast(x.v, work);
     let v = cx.reshape(v, &[nb, c, kh, kw, bh, bw]);
     let v = cx.transpose(v, &[0, 1, 2, 4, 3, 5]);

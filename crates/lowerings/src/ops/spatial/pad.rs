@@ -1,7 +1,6 @@
 //! Reflection and replication padding: reflection_pad1d/2d/3d and replication_pad1d/2d/3d
 //! with their backward ops.
 use crate::args::Args;
-use crate::blocks::reduce::acc_type;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -147,7 +146,7 @@ fn pad_backward(cx: &mut Cx, args: &Args, n: usize, reflect: bool) -> Result<Vec
     if product(&gd) == 0 || product(&dims) == 0 {
         return one(zeros(cx, x.dtype, &dims));
     }
-    let work = if x.dtype.is_float() { acc_type(x.dtype) } else { x.dtype };
+    let work = if x.dtype.is_float() { x.dtype.opmath() } else { x.dtype };
     let mut y = cx.cast(g.v, work);
     for (a, idx) in pad_tables(&dims, &padding, reflect) {
         y = take_transpose(cx, y, a, &idx, dims[a]);

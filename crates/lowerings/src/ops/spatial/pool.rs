@@ -2,7 +2,6 @@
 //! fractional max pooling and max_unpool2d/3d, with their backward ops.
 use crate::args::Args;
 use crate::blocks::gather::Combine;
-use crate::blocks::reduce::acc_type;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -354,7 +353,7 @@ fn max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     pooled_shape_check("indices", &cx.dims(idx.v), &dims, &out)?;
     check_grad_dtype("gradInput", x.dtype, g.dtype)?;
     dtype_check(is_floating(x.dtype), op, x.dtype)?;
-    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
+    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, x.dtype.opmath(), Combine::Add);
     one(cx.cast(gi, x.dtype))
 }
 
@@ -432,7 +431,7 @@ fn avg_pool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     if product(&out_dims) == 0 {
         return one(zeros(cx, x.dtype, &out_dims));
     }
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let xv = cx.cast(x.v, acc);
     let sums = sum_windows(cx, xv, &w, &out);
     let div = avg_divisor(cx, &dims, &w, &out_dims, include_pad, divisor, acc);
@@ -449,7 +448,7 @@ fn avg_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let out = pool_out(&dims, n, &w, op, n == 3)?;
     pooled_shape_check("grad_output", &cx.dims(g.v), &dims, &out)?;
     avg_dtype_check(n, x.dtype)?;
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let gd = cx.dims(g.v);
     if product(&gd) == 0 || product(&dims) == 0 {
         return one(zeros(cx, x.dtype, &dims));
@@ -652,7 +651,7 @@ fn adaptive_avg_pool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
         let s = sum_in_order(cx, y);
         return one(divide_counts(cx, s, &counts));
     }
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let xv = cx.cast(x.v, acc);
     let (y, _, _, counts) = adaptive_gather(cx, xv, &out, true);
     let kdims: Vec<i64> = (0..n).map(|i| (lead + 2 * i + 1) as i64).collect();
@@ -690,7 +689,7 @@ fn adaptive_avg_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
         return one(zeros(cx, x.dtype, &dims));
     }
     let out = gd[lead..].to_vec();
-    let acc = acc_type(x.dtype);
+    let acc = x.dtype.opmath();
     let gv = cx.cast(g.v, acc);
     let gv = divide_counts(cx, gv, &{
         let mut c = Vec::new();
@@ -776,7 +775,7 @@ fn adaptive_max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<
     check_grad_dtype("gradInput", x.dtype, g.dtype)?;
     let kernel = if n == 2 { "adaptive_max_pool2d_backward".to_string() } else { "adaptive_max_pool3d_backward_cpu".to_string() };
     dtype_check(is_floating(x.dtype), &kernel, x.dtype)?;
-    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
+    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, x.dtype.opmath(), Combine::Add);
     one(cx.cast(gi, x.dtype))
 }
 
@@ -943,7 +942,7 @@ fn fractional_max_pool_backward(cx: &mut Cx, args: &Args, n: usize) -> Result<Ve
     let dims = cx.dims(x.v);
     pooled_shape_check("grad_output", &cx.dims(g.v), &dims, &out)?;
     pooled_shape_check("indices", &cx.dims(idx.v), &dims, &out)?;
-    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, acc_type(x.dtype), Combine::Add);
+    let gi = plane_scatter(cx, g.v, idx.v, &dims, n, x.dtype.opmath(), Combine::Add);
     one(cx.cast(gi, x.dtype))
 }
 

@@ -2,7 +2,6 @@
 //! upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d and the antialiased
 //! _upsample_bilinear2d_aa/_upsample_bicubic2d_aa, with their backward ops.
 use crate::args::{Arg, Args};
-use crate::blocks::reduce::acc_type;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -396,7 +395,7 @@ fn upsample(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<Vec<Out>> 
         return one(upsample_u8(cx, x.v, mode, &out, align_corners, &scales));
     }
     let fp = Fp { single: x.dtype != DType::F64 };
-    let work = if mode.weighted() { acc_type(x.dtype) } else { x.dtype };
+    let work = if mode.weighted() { x.dtype.opmath() } else { x.dtype };
     let mut y = cx.cast(x.v, work);
     let aa = matches!(mode, Mode::LinearAa | Mode::CubicAa);
     for i in (0..n).rev() {
@@ -582,7 +581,7 @@ fn upsample_backward(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<V
         return one(zeros(cx, g.dtype, &in_dims));
     }
     let fp = Fp { single: g.dtype != DType::F64 };
-    let mut y = cx.cast(g.v, acc_type(g.dtype));
+    let mut y = cx.cast(g.v, g.dtype.opmath());
     for i in 0..n {
         let taps = upsample_taps(mode, fp, in_dims[2 + i], out[i], align_corners, scales[i]);
         y = apply_taps_transpose(cx, y, 2 + i, &taps, in_dims[2 + i]);

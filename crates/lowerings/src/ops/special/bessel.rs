@@ -3,7 +3,6 @@
 //! i0 values.
 use crate::args::Args;
 use crate::blocks::loops::{loop_more, next_count, select_all};
-use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -471,7 +470,7 @@ fn kaiser_window(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         return one(cx.full(1.0, dt, &[n]));
     }
     let len = if periodic { n + 1 } else { n };
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let beta = match args.opt_scalar("beta")? {
         Some(s) => cx.scalar_like(s, acc, &[n]),
         None => cx.full(12.0, acc, &[n]),

@@ -2,7 +2,6 @@
 //! regularized incomplete gamma functions igamma/igammac, and mvlgamma.
 use crate::args::Args;
 use crate::blocks::loops::{loop_more, next_count, select_all};
-use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -188,7 +187,7 @@ fn igamma(cx: &mut Cx, args: &Args, upper: bool) -> Result<Vec<Out>> {
     no_complex(dt, args.op)?;
     let kernel = if upper { "igammac_cpu" } else { "igamma_cpu" };
     check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
-    let (a, xv) = pair(cx, x, y, acc_type(dt))?;
+    let (a, xv) = pair(cx, x, y, dt.opmath())?;
     let r = igamma_values(cx, a, xv, upper);
     one(cx.cast(r, dt))
 }
@@ -297,7 +296,7 @@ fn mvlgamma(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(p >= 1, Runtime, "p has to be greater than or equal to 1");
     check!(!x.dtype.is_complex(), NotImplemented, "\"lgamma_vml_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let dt = if x.dtype.is_float() { x.dtype } else { DType::F32 };
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let dims = cx.dims(x.v);
     let xv = cx.cast(x.v, acc);
     let mut total: Option<Value> = None;

@@ -1,6 +1,5 @@
 //! Log-domain functions: logit (and logit_backward), xlogy, xlog1py and entr.
 use crate::args::{Arg, Args, Scalar};
-use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType};
 use crate::error::Result;
@@ -55,7 +54,7 @@ fn logit_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dt = result_type(&[(g.dtype, g.rank), (x.dtype, x.rank)]).unwrap();
     check!(dt.is_float(), NotImplemented, "\"logit_backward_cpu\" not implemented for '{}'", dt.torch_name());
-    let acc = acc_type(dt);
+    let acc = dt.opmath();
     let gv = cx.cast(g.v, acc);
     let xv = cx.cast(x.v, acc);
     let vs = cx.broadcast_all(&[gv, xv])?;

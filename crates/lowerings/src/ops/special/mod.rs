@@ -12,7 +12,6 @@ pub(crate) mod ndtr;
 pub(crate) mod polynomials;
 
 use crate::args::{Arg, Args, Scalar, Tensor};
-use crate::blocks::reduce::acc_type;
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType, Rank};
 use crate::error::Result;
@@ -93,7 +92,7 @@ fn float_unary(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value
     let x = unary_operand(args)?;
     no_complex(x.dtype, args.op)?;
     let dt = float_result(x.dtype);
-    let v = cx.cast(x.v, acc_type(dt));
+    let v = cx.cast(x.v, dt.opmath());
     let r = f(cx, v);
     one(cx.cast(r, dt))
 }
@@ -117,7 +116,7 @@ fn float_binary(cx: &mut Cx, args: &Args, a: &str, b: &str, f: impl FnOnce(&mut 
     let (x, y, dt) = operands(args, a, b)?;
     no_complex(dt, args.op)?;
     let dt = float_result(dt);
-    let (u, v) = pair(cx, x, y, acc_type(dt))?;
+    let (u, v) = pair(cx, x, y, dt.opmath())?;
     let r = f(cx, u, v);
     one(cx.cast(r, dt))
 }
@@ -127,7 +126,7 @@ fn floats_only_binary(cx: &mut Cx, args: &Args, kernel: &str, f: impl FnOnce(&mu
     let (x, y, dt) = operands(args, "self", "other")?;
     no_complex(dt, args.op)?;
     check!(dt.is_float(), NotImplemented, "\"{}\" not implemented for '{}'", kernel, dt.torch_name());
-    let (u, v) = pair(cx, x, y, acc_type(dt))?;
+    let (u, v) = pair(cx, x, y, dt.opmath())?;
     let r = f(cx, u, v);
     one(cx.cast(r, dt))
 }
