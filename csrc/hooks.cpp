@@ -2,11 +2,51 @@
 // device, default generators, resizing storages).
 #include <ATen/Context.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <mutex>
+#include <unordered_set>
 
 #include "shim.h"
 
 namespace torchtpu {
 namespace {
+// Host memory handed out as pinned (`pin_memory=True`): ordinary CPU memory, remembered so that
+// `is_pinned()` is true for it, as PyTorch's users (DDP's staging buffers, DataLoader) expect.
+struct PinnedAllocator final : c10::Allocator {
+  static std::mutex& lock() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_set<const void*>& live() {
+    static std::unordered_set<const void*> s;
+    return s;
+  }
+  static void release(void* p) {
+    {
+      std::lock_guard<std::mutex> g(lock());
+      live().erase(p);
+    }
+    c10::free_cpu(p);
+  }
+  static bool holds(const void* p) {
+    std::lock_guard<std::mutex> g(lock());
+    return live().count(p) > 0;
+  }
+  c10::DataPtr allocate(size_t n) override {
+    void* p = n ? c10::alloc_cpu(n) : nullptr;
+    if (p) {
+      std::lock_guard<std::mutex> g(lock());
+      live().insert(p);
+    }
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+};
+
+PinnedAllocator pinned_allocator;
+
 struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return tt_device_count() > 0; }
@@ -25,8 +65,8 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
   }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override { return make_generator(index); }
   at::Device getDeviceFromPtr(void*) const override { return c10::Device(kTpu, current_device); }
-  bool isPinnedPtr(const void*) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  bool isPinnedPtr(const void* p) const override { return p && PinnedAllocator::holds(p); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return &pinned_allocator; }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
     resize_storage_bytes(storage, nbytes);
   }

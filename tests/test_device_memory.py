@@ -91,13 +91,17 @@ def test_stats_are_per_device():
     assert out.stdout.split() == ["0", "4096", "4096", "1"]
 
 
-def test_pin_memory_says_no():
-    # The plugins offer no host-pinned buffers through the C API torchtpu uses: pinning gives
-    # an ordinary CPU tensor that says it is not pinned, and DataLoader(pin_memory=True) works.
+def test_pin_memory():
+    # Pinned host memory is ordinary CPU memory that says it is pinned: DDP asserts it for its
+    # staging buffers, and DataLoader(pin_memory=True) hands out pinned batches.
     x = torch.ones(2)
     assert not x.is_pinned()
     y = x.pin_memory()
-    assert y.device.type == "cpu" and not y.is_pinned() and torch.equal(x, y)
+    assert y.device.type == "cpu" and y.is_pinned() and torch.equal(x, y)
+    assert torch.empty(3, pin_memory=True).is_pinned() and torch.empty(0, pin_memory=True).device.type == "cpu"
+    assert not y.clone().is_pinned() and not y[1:].clone().is_pinned()
     data = torch.utils.data.TensorDataset(torch.arange(8.0).view(4, 2))
-    batches = [b.to(TPU) for (b,) in torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True)]
+    loaded = list(torch.utils.data.DataLoader(data, batch_size=2, pin_memory=True))
+    assert all(b.is_pinned() for (b,) in loaded)
+    batches = [b.to(TPU, non_blocking=True) for (b,) in loaded]
     assert torch.equal(torch.cat(batches).cpu(), data.tensors[0])

@@ -41,6 +41,10 @@ _dynamo.install_as_default_for_tpu()
 _dynamo.install_fake_kernels()
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
+from . import distributed as _distributed  # noqa: E402
+
+_distributed.register()  # the c10d backend "tccl" for device "tpu"
+
 from . import _accelerate  # noqa: E402
 
 _accelerate.install()  # accelerate and transformers.Trainer pick "tpu" by themselves

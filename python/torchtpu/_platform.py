@@ -80,7 +80,10 @@ def choose():
             path = find_plugin("cpu")
     options = []
     if platform == "cpu":
-        options.append(("cpu_device_count", int(os.environ.get("TORCHTPU_CPU_DEVICES", "1"))))
+        # Under torchrun each process has a client of its own with one device per local rank,
+        # so that LOCAL_RANK names a device as it does on GPUs.
+        default = os.environ.get("LOCAL_WORLD_SIZE", "1")
+        options.append(("cpu_device_count", int(os.environ.get("TORCHTPU_CPU_DEVICES", default))))
     if platform == "cuda":
         # XLA's GPU allocator reserves a fixed share of the memory up front (0.75 by default,
         # sized for sharing with another framework); a torch user expects most of it.

@@ -1,0 +1,262 @@
+"""torch.distributed on "tpu": the c10d backend "tccl".
+
+Registered when torchtpu loads, for devices "tpu" and "cpu", so that under torchrun
+`init_process_group()`, `init_process_group("tccl")`, `init_process_group(device_id=
+torch.device("tpu", local_rank))` and `init_process_group("cpu:gloo,tpu:tccl")` all work, and
+DDP, FSDP2, DTensor and functional collectives reach it through PyTorch's own c10d ops.
+
+Transport: the CPU plugin has no collectives across processes, so each call stages its tpu
+tensors through host memory (one host copy of the call's data) and runs the collective with a
+gloo group of the same ranks, over the same store; results are written back in place (views
+included). Calls are synchronous: the returned Work is already complete, so `async_op=True`
+works and `wait()` returns at once.
+"""
+import logging
+import zlib
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import Backend as _C10dBackend
+from torch._C._distributed_c10d import _create_work_from_future
+
+NAME = "tccl"
+log = logging.getLogger(__name__)
+
+
+def _done(result):
+    fut = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _on_host(tensors):
+    """Host copies of `tensors` (CPU tensors are used as they are: nothing to stage)."""
+    return [t.detach().cpu() if t.device.type != "cpu" else t for t in tensors]
+
+
+def _write_back(dsts, hosts):
+    with torch.no_grad():
+        for d, h in zip(dsts, hosts):
+            if d is not h:
+                d.copy_(h)
+
+
+class HostStagedBackend(_C10dBackend):
+    """The c10d backend of device "tpu" on plugins without cross-process collectives."""
+
+    # PyTorch's Python trampoline asks for these properties; unanswered, it recurses.
+    supports_splitting = property(lambda self: False)
+    supports_coalescing = property(lambda self: False)
+    supports_time_estimate = property(lambda self: False)
+    supports_shrinking = property(lambda self: False)
+    supports_reconfigure = property(lambda self: False)
+    supports_window = property(lambda self: False)
+    options = property(lambda self: self._options)
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("tccl-host/", store), rank, size, timeout=timeout)
+        self._options = _C10dBackend.Options(NAME, timeout)
+        if rank == 0:
+            log.info("torchtpu: c10d backend %s: host staging over gloo (%d ranks)", NAME, size)
+
+    def getBackendName(self):
+        return NAME
+
+    def _agree(self, kind, tensors, sizes=True):
+        """Raises on every rank when the ranks disagree on the collective, its dtypes or (with
+        `sizes`) its element counts: gloo would hang or mix up memory instead."""
+        dtypes = zlib.crc32(",".join(str(t.dtype) for t in tensors).encode())
+        numel = sum(t.numel() for t in tensors) if sizes else 0
+        mine = torch.tensor([zlib.crc32(kind.encode()), len(tensors), dtypes, numel], dtype=torch.int64)
+        every = [torch.empty_like(mine) for _ in range(self.size())]
+        self._gloo.allgather([every], [mine]).wait()
+        if any(not torch.equal(e, every[0]) for e in every):
+            shapes = [f"{tuple(t.shape)} {t.dtype}" for t in tensors]
+            raise ValueError(
+                f"{NAME}: the ranks called {kind} with tensors that disagree in number, dtype or size "
+                f"(this rank, {self.rank()}: {shapes}); every rank must pass matching tensors"
+            )
+
+    # ---- reductions -----------------------------------------------------------------------
+
+    def _reduce_op(self, opts):
+        """The op gloo runs for `opts.reduceOp`, and what to do to the result after (AVG)."""
+        op = opts.reduceOp
+        if op == dist.ReduceOp.AVG:
+            return dist.ReduceOp.SUM, self._average
+        if op == dist.ReduceOp.PREMUL_SUM:
+            raise ValueError(f"{NAME}: ReduceOp.PREMUL_SUM is not supported; use SUM and scale, or AVG")
+        return op, None
+
+    def _average(self, hosts):
+        for h in hosts:
+            if h.is_floating_point() or h.is_complex():
+                h.div_(self.size())
+            else:
+                h.copy_(torch.div(h, self.size(), rounding_mode="trunc"))
+
+    def _reduced(self, kind, run, tensors, opts):
+        self._agree(kind, tensors)
+        op, after = self._reduce_op(opts)
+        hosts = _on_host(tensors)
+        run(hosts, op)
+        if after:
+            after(hosts)
+        _write_back(tensors, hosts)
+        return _done(list(tensors))
+
+    def allreduce(self, tensors, opts):
+        def run(hosts, op):
+            o = dist.AllreduceOptions()
+            o.reduceOp, o.timeout = op, opts.timeout
+            self._gloo.allreduce(hosts, o).wait()
+
+        return self._reduced("all_reduce", run, tensors, opts)
+
+    def allreduce_coalesced(self, tensors, opts):
+        def run(hosts, op):
+            o = dist.AllreduceCoalescedOptions()
+            o.reduceOp, o.timeout = op, opts.timeout
+            self._gloo.allreduce_coalesced(hosts, o).wait()
+
+        return self._reduced("all_reduce_coalesced", run, tensors, opts)
+
+    def reduce(self, tensors, opts):
+        def run(hosts, op):
+            o = dist.ReduceOptions()
+            o.reduceOp, o.rootRank, o.rootTensor, o.timeout = op, opts.rootRank, opts.rootTensor, opts.timeout
+            self._gloo.reduce(hosts, o).wait()
+
+        return self._reduced("reduce", run, tensors, opts)
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        self._agree("reduce_scatter", [t for ins in input_lists for t in ins])
+        op, after = self._reduce_op(opts)
+        hosts_out = _on_host(outputs)
+        hosts_in = [_on_host(ins) for ins in input_lists]
+        o = dist.ReduceScatterOptions()
+        o.reduceOp, o.timeout = op, opts.timeout
+        self._gloo.reduce_scatter(hosts_out, hosts_in, o).wait()
+        if after:
+            after(hosts_out)
+        _write_back(outputs, hosts_out)
+        return _done(list(outputs))
+
+    def reduce_scatter_single(self, output, input, opts):
+        self._agree("reduce_scatter_tensor", [input, output])
+        op, after = self._reduce_op(opts)
+        (host_in,) = _on_host([input])
+        host_out = torch.empty(output.shape, dtype=output.dtype)
+        o = dist.ReduceScatterOptions()
+        o.reduceOp, o.timeout = op, opts.timeout
+        self._gloo.reduce_scatter_single(host_out, host_in.contiguous(), o).wait()
+        if after:
+            after([host_out])
+        _write_back([output], [host_out])
+        return _done([output])
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts):
+        for out, inp in zip(outputs, inputs):
+            self.reduce_scatter_single(out, inp, opts)
+        return _done(list(outputs))
+
+    # ---- data movement --------------------------------------------------------------------
+
+    def broadcast(self, tensors, opts):
+        self._agree("broadcast", tensors)
+        hosts = _on_host(tensors)
+        self._gloo.broadcast(hosts, opts).wait()
+        _write_back(tensors, hosts)
+        return _done(list(tensors))
+
+    def allgather(self, output_lists, inputs, opts):
+        self._agree("all_gather", inputs)
+        hosts_in = _on_host(inputs)
+        hosts_out = [[torch.empty(t.shape, dtype=t.dtype) for t in outs] for outs in output_lists]
+        self._gloo.allgather(hosts_out, hosts_in, opts).wait()
+        for outs, hosts in zip(output_lists, hosts_out):
+            _write_back(outs, hosts)
+        return _done([t for outs in output_lists for t in outs])
+
+    def allgather_coalesced(self, output_lists, inputs, opts):
+        return self.allgather(output_lists, inputs, opts)
+
+    def all_gather_single(self, output, input, opts):
+        self._agree("all_gather_into_tensor", [input, output])
+        (host_in,) = _on_host([input])
+        host_out = torch.empty(output.shape, dtype=output.dtype)
+        self._gloo.all_gather_single(host_out, host_in.contiguous(), opts).wait()
+        _write_back([output], [host_out])
+        return _done([output])
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts):
+        for out, inp in zip(outputs, inputs):
+            self.all_gather_single(out, inp, opts)
+        return _done(list(outputs))
+
+    def all_to_all_single(self, output, input, output_splits, input_splits, opts):
+        self._agree("all_to_all_single", [input, output], sizes=False)
+        (host_in,) = _on_host([input])
+        host_out = torch.empty(output.shape, dtype=output.dtype)
+        self._gloo.all_to_all_single(host_out, host_in.contiguous(), output_splits, input_splits, opts).wait()
+        _write_back([output], [host_out])
+        return _done([output])
+
+    def alltoall(self, outputs, inputs, opts):
+        self._agree("all_to_all", inputs, sizes=False)
+        hosts_in = [h.contiguous() for h in _on_host(inputs)]
+        hosts_out = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
+        self._gloo.alltoall(hosts_out, hosts_in, opts).wait()
+        _write_back(outputs, hosts_out)
+        return _done(list(outputs))
+
+    def gather(self, output_lists, inputs, opts):
+        self._agree("gather", inputs)
+        hosts_in = _on_host(inputs)
+        hosts_out = [[torch.empty(t.shape, dtype=t.dtype) for t in outs] for outs in output_lists]
+        self._gloo.gather(hosts_out, hosts_in, opts).wait()
+        for outs, hosts in zip(output_lists, hosts_out):
+            _write_back(outs, hosts)
+        return _done([t for outs in output_lists for t in outs])
+
+    def scatter(self, outputs, input_lists, opts):
+        self._agree("scatter", outputs)
+        hosts_out = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
+        hosts_in = [_on_host(ins) for ins in input_lists]
+        self._gloo.scatter(hosts_out, hosts_in, opts).wait()
+        _write_back(outputs, hosts_out)
+        return _done(list(outputs))
+
+    def send(self, tensors, dst, tag):
+        self._gloo.send([h.contiguous() for h in _on_host(tensors)], dst, tag).wait()
+        return _done(list(tensors))
+
+    def recv(self, tensors, src, tag):
+        hosts = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+        self._gloo.recv(hosts, src, tag).wait()
+        _write_back(tensors, hosts)
+        return _done(list(tensors))
+
+    def recv_anysource(self, tensors, tag):
+        hosts = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+        self._gloo.recv_anysource(hosts, tag).wait()
+        _write_back(tensors, hosts)
+        return _done(list(tensors))
+
+    def barrier(self, opts):
+        o = dist.BarrierOptions()
+        o.timeout = opts.timeout
+        self._gloo.barrier(o).wait()
+        return _done([])
+
+
+def _create(opts, backend_options):
+    return HostStagedBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+
+
+def register():
+    """Registers "tccl" as the c10d backend of device "tpu" (and of CPU tensors in its groups)."""
+    if not dist.is_available() or NAME in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "tpu"])

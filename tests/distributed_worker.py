@@ -1,0 +1,327 @@
+"""One rank of the torch.distributed tests, run by a real torchrun (tests/test_distributed.py).
+
+    torchrun --nproc-per-node 2 tests/distributed_worker.py INIT OUT_DIR CHECK...
+
+INIT is how the process group starts: "none" (no backend named), "device_id" (the rank's tpu
+device named), "string" ("cpu:gloo,tpu:tccl"). Each CHECK runs on every rank and compares the
+distributed result with the same computation done on one process (every rank can rebuild every
+rank's inputs: they are seeded by rank). Each rank writes OUT_DIR/rank<r>.json: check -> "ok" or
+the error.
+"""
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+LOCAL_RANK = int(os.environ["LOCAL_RANK"])
+DEV = torch.device("tpu", LOCAL_RANK)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "int32": torch.int32, "int64": torch.int64}
+OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "product": dist.ReduceOp.PRODUCT}
+
+
+def data(rank, shape, dtype, salt=0):
+    """The input rank `rank` contributes (the same on every process that asks)."""
+    g = torch.Generator().manual_seed(1000 * salt + rank)
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g) * 2 + 0.5).to(dtype)
+    return torch.randint(-5, 6, shape, generator=g).to(dtype)
+
+
+def reduce_all(xs, op):
+    stacked = torch.stack([x.double() if x.is_floating_point() else x for x in xs])
+    if op == "sum":
+        r = stacked.sum(0)
+    elif op == "avg":
+        r = stacked.sum(0) / len(xs) if xs[0].is_floating_point() else torch.div(stacked.sum(0), len(xs), rounding_mode="trunc")
+    elif op == "max":
+        r = stacked.max(0).values
+    elif op == "min":
+        r = stacked.min(0).values
+    else:
+        r = stacked.prod(0)
+    return r.to(xs[0].dtype)
+
+
+def close(got, want, what, tol=None):
+    got = got.cpu()
+    if tol is None:
+        tol = {torch.bfloat16: 2e-2, torch.float16: 2e-3}.get(want.dtype, 1e-6)
+    if want.is_floating_point():
+        ok = torch.allclose(got.double(), want.double(), rtol=tol, atol=tol)
+    else:
+        ok = torch.equal(got, want)
+    assert ok and got.dtype == want.dtype and got.shape == want.shape, f"{what}: got {got} want {want}"
+
+
+# ---- collectives --------------------------------------------------------------------------------
+
+
+def check_all_reduce():
+    for dname, dtype in DTYPES.items():
+        for oname, op in OPS.items():
+            # A view inside a larger tensor: the reduction lands in the view, the rest is kept.
+            base = torch.full((3, 8), -7, dtype=dtype, device=DEV)
+            x = data(RANK, (2, 4), dtype)
+            view = base[1:, 2:6]
+            view.copy_(x.to(DEV))
+            dist.all_reduce(view, op=op)
+            want = base.cpu().clone()
+            want[1:, 2:6] = reduce_all([data(r, (2, 4), dtype) for r in range(WORLD)], oname)
+            close(base, want, f"all_reduce {oname} {dname}")
+
+
+def check_async_and_zero_d():
+    x = torch.tensor(float(RANK + 1), device=DEV)
+    work = dist.all_reduce(x, async_op=True)
+    work.wait()
+    close(x, torch.tensor(float(sum(range(1, WORLD + 1)))), "async 0-d all_reduce")
+    e = torch.empty(0, device=DEV)
+    dist.all_reduce(e)
+    assert e.numel() == 0
+
+
+def check_broadcast():
+    for dname, dtype in DTYPES.items():
+        x = data(RANK, (5,), dtype).to(DEV)
+        dist.broadcast(x, src=WORLD - 1)
+        close(x, data(WORLD - 1, (5,), dtype), f"broadcast {dname}")
+
+
+def check_all_gather():
+    for dname, dtype in DTYPES.items():
+        outs = [torch.empty(3, dtype=dtype, device=DEV) for _ in range(WORLD)]
+        dist.all_gather(outs, data(RANK, (3,), dtype).to(DEV))
+        for r in range(WORLD):
+            close(outs[r], data(r, (3,), dtype), f"all_gather {dname} from {r}")
+        out = torch.empty(WORLD * 2, 3, dtype=dtype, device=DEV)
+        dist.all_gather_into_tensor(out, data(RANK, (2, 3), dtype).to(DEV))
+        close(out, torch.cat([data(r, (2, 3), dtype) for r in range(WORLD)]), f"all_gather_into_tensor {dname}")
+
+
+def check_reduce_scatter():
+    for dname, dtype in DTYPES.items():
+        for oname, op in [("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG), ("max", dist.ReduceOp.MAX)]:
+            full = [data(r, (WORLD * 2, 3), dtype, salt=1) for r in range(WORLD)]
+            want = reduce_all(full, oname).chunk(WORLD)[RANK]
+            out = torch.empty(2, 3, dtype=dtype, device=DEV)
+            dist.reduce_scatter_tensor(out, full[RANK].to(DEV), op=op)
+            close(out, want, f"reduce_scatter_tensor {oname} {dname}")
+            out = torch.empty(2, 3, dtype=dtype, device=DEV)
+            dist.reduce_scatter(out, [c.to(DEV) for c in full[RANK].chunk(WORLD)], op=op)
+            close(out, want, f"reduce_scatter {oname} {dname}")
+
+
+def check_all_to_all():
+    # Uneven splits: rank r sends r + 1 + j rows to rank j.
+    send = [RANK + 1 + j for j in range(WORLD)]
+    recv = [r + 1 + RANK for r in range(WORLD)]
+    inp = data(RANK, (sum(send), 2), torch.float32)
+    out = torch.empty(sum(recv), 2, device=DEV)
+    dist.all_to_all_single(out, inp.to(DEV), output_split_sizes=recv, input_split_sizes=send)
+    want = torch.cat([data(r, (sum(r + 1 + j for j in range(WORLD)), 2), torch.float32).split([r + 1 + j for j in range(WORLD)])[RANK] for r in range(WORLD)])
+    close(out, want, "all_to_all_single")
+    outs = [torch.empty(2, device=DEV) for _ in range(WORLD)]
+    dist.all_to_all(outs, [data(RANK, (WORLD, 2), torch.float32)[j].to(DEV) for j in range(WORLD)])
+    for r in range(WORLD):
+        close(outs[r], data(r, (WORLD, 2), torch.float32)[RANK], f"all_to_all from {r}")
+
+
+def check_send_recv_and_barrier():
+    x = torch.zeros(4, dtype=torch.int64, device=DEV)
+    if RANK == 0:
+        dist.send(data(0, (4,), torch.int64).to(DEV), dst=1)
+    elif RANK == 1:
+        dist.recv(x, src=0)
+        close(x, data(0, (4,), torch.int64), "recv")
+    dist.barrier()
+
+
+def check_objects():
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"rank": RANK, "tensor": torch.arange(RANK + 1)})
+    assert [o["rank"] for o in objs] == list(range(WORLD))
+    lst = [RANK * 10, "x"]
+    dist.broadcast_object_list(lst, src=1)
+    assert lst == [10, "x"]
+
+
+def check_subgroup():
+    # A group of the odd ranks, and one of every rank in reverse order.
+    odd = dist.new_group([r for r in range(WORLD) if r % 2 == 1])
+    rev = dist.new_group(list(reversed(range(WORLD))))
+    x = torch.tensor([float(RANK + 1)], device=DEV)
+    if RANK % 2 == 1:
+        dist.all_reduce(x, group=odd)
+        close(x, torch.tensor([float(sum(r + 1 for r in range(WORLD) if r % 2 == 1))]), "odd subgroup")
+    y = torch.tensor([float(RANK)], device=DEV)
+    dist.all_reduce(y, group=rev, op=dist.ReduceOp.MAX)
+    close(y, torch.tensor([float(WORLD - 1)]), "reversed group")
+
+
+def check_mismatched_sizes_raise():
+    # Ranks that disagree on the size must get an error, not corrupted memory.
+    x = torch.ones(4 + RANK, device=DEV)
+    try:
+        dist.all_reduce(x)
+    except (RuntimeError, ValueError):
+        return
+    raise AssertionError("all_reduce of mismatched sizes did not raise")
+
+
+def check_functional():
+    import torch.distributed._functional_collectives as funcol
+
+    x = data(RANK, (4,), torch.float32).to(DEV)
+    got = funcol.all_reduce(x, "sum", dist.group.WORLD)
+    close(got, reduce_all([data(r, (4,), torch.float32) for r in range(WORLD)], "sum"), "funcol all_reduce")
+    got = funcol.all_gather_tensor(x, 0, dist.group.WORLD)
+    close(got, torch.cat([data(r, (4,), torch.float32) for r in range(WORLD)]), "funcol all_gather_tensor")
+
+
+# ---- the PyTorch stack ----------------------------------------------------------------------------
+
+
+def mlp(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+
+
+def batch(n=8):
+    g = torch.Generator().manual_seed(7)
+    return torch.randn(n * WORLD, 8, generator=g), torch.randn(n * WORLD, 4, generator=g)
+
+
+def check_ddp():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    x, y = batch()
+    ref = mlp().to(DEV)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    model = DDP(mlp().to(DEV), device_ids=None, bucket_cap_mb=0.001, gradient_as_bucket_view=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mine = slice(RANK * 8, (RANK + 1) * 8)
+    for step in range(5):
+        # One process on the full batch...
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(ref(x.to(DEV)), y.to(DEV)).backward()
+        ref_opt.step()
+        # ...and DDP on this rank's slice, with one no_sync accumulation step on the way.
+        opt.zero_grad()
+        if step == 2:
+            with model.no_sync():
+                (nn.functional.mse_loss(model(x[mine][:4].to(DEV)), y[mine][:4].to(DEV)) * 0.5).backward()
+            (nn.functional.mse_loss(model(x[mine][4:].to(DEV)), y[mine][4:].to(DEV)) * 0.5).backward()
+        else:
+            nn.functional.mse_loss(model(x[mine].to(DEV)), y[mine].to(DEV)).backward()
+        opt.step()
+    for p, q in zip(model.module.parameters(), ref.parameters()):
+        close(p, q.detach().cpu(), "DDP parameters vs one process", tol=1e-5)
+
+
+def check_ddp_unused_parameters():
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.used, self.unused = nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.used(self.body(x))
+
+    torch.manual_seed(0)
+    model = DDP(TwoHeads().to(DEV), find_unused_parameters=True)
+    x = data(RANK, (3, 4), torch.float32).to(DEV)
+    model(x).sum().backward()
+    assert model.module.unused.weight.grad is None
+    torch.manual_seed(0)
+    ref = TwoHeads()
+    sum(ref(data(r, (3, 4), torch.float32)).sum() for r in range(WORLD)).backward()
+    close(model.module.body.weight.grad, ref.body.weight.grad / WORLD, "DDP find_unused_parameters grads", tol=1e-5)
+
+
+def check_fsdp2():
+    from torch.distributed.fsdp import fully_shard
+
+    torch.tpu.set_device(LOCAL_RANK)
+    x, y = batch()
+    ref = mlp().to(DEV)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    model = mlp().to(DEV)
+    for i, layer in enumerate(model):
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, reshard_after_forward=i % 2 == 0)
+    fully_shard(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    mine = slice(RANK * 8, (RANK + 1) * 8)
+    for _ in range(10):
+        ref_opt.zero_grad()
+        nn.functional.mse_loss(ref(x.to(DEV)), y.to(DEV)).backward()
+        ref_opt.step()
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x[mine].to(DEV)), y[mine].to(DEV)).backward()
+        opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        close(p.full_tensor(), q.detach().cpu(), "FSDP2 parameters vs one process", tol=1e-4)
+
+
+def check_dtensor_and_tp():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.tpu.set_device(LOCAL_RANK)
+    mesh = init_device_mesh("tpu", (WORLD,))
+    a = torch.arange(24.0).reshape(4 * WORLD // 2, -1) if WORLD == 2 else torch.arange(4.0 * WORLD * 3).reshape(4 * WORLD, 3)
+    da = distribute_tensor(a.to(DEV), mesh, [Shard(0)])
+    close(da.to_local(), a.chunk(WORLD)[RANK], "distribute_tensor shard")
+    close(da.redistribute(mesh, [Replicate()]).to_local(), a, "redistribute to replicate")
+    close(da.full_tensor(), a, "full_tensor")
+    b = torch.arange(a.shape[1] * 5.0).reshape(a.shape[1], 5)
+    db = distribute_tensor(b.to(DEV), mesh, [Replicate()])
+    close((da @ db).full_tensor(), a @ b, "sharded matmul")
+    # Tensor parallel MLP: column-wise then row-wise, against the unsharded module.
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    tp = parallelize_module(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8)).to(DEV), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    with torch.no_grad():
+        for p, q in zip(tp.parameters(), ref.parameters()):
+            p.copy_(distribute_tensor(q.detach().to(DEV), mesh, p.placements))
+    x = data(0, (3, 8), torch.float32)
+    out = tp(x.to(DEV))
+    close(out, ref(x).detach(), "TP MLP output", tol=1e-5)
+    out.sum().backward()
+    ref(x).sum().backward()
+    for p, q in zip(tp.parameters(), ref.parameters()):
+        close(p.grad.full_tensor(), q.grad, "TP MLP gradient", tol=1e-5)
+
+
+def main():
+    init, out_dir, checks = sys.argv[1], sys.argv[2], sys.argv[3:]
+    if init == "none":
+        dist.init_process_group()
+    elif init == "device_id":
+        dist.init_process_group(device_id=DEV)
+    else:
+        dist.init_process_group("cpu:gloo,tpu:tccl")
+    results = {"backend": str(dist.get_backend_config())}
+    for name in checks:
+        try:
+            globals()["check_" + name]()
+            results[name] = "ok"
+        except Exception:
+            results[name] = traceback.format_exc()
+    with open(os.path.join(out_dir, f"rank{RANK}.json"), "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
