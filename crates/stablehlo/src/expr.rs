@@ -19,7 +19,7 @@
 //! the same type, as in StableHLO; a number takes the type of the value it meets.
 use crate::{Builder, CmpDir, ElemType, TensorType, Value};
 use std::cell::{RefCell, RefMut};
-use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Rem, Sub};
+use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Not, Rem, Sub};
 
 /// A builder lent to expressions; [`E`] values made from it emit into it.
 pub struct Ex<'b> {
@@ -63,9 +63,21 @@ impl<'b> Ex<'b> {
         self.of(v)
     }
 
+    /// A 0-d integer constant (exact, where `scalar` goes through f64).
+    pub fn int(&self, x: i64, elem: ElemType) -> E<'_> {
+        let v = self.with(|b| b.constant_i64(x, elem));
+        self.of(v)
+    }
+
     /// A constant of type `ty`, every element `x`.
     pub fn full(&self, x: f64, ty: &TensorType) -> E<'_> {
         let v = self.with(|b| b.splat_f64(x, ty));
+        self.of(v)
+    }
+
+    /// The value `f` builds, for operations this layer does not name: `e.of(e.with(f))`.
+    pub fn make(&self, f: impl FnOnce(&mut Builder) -> Value) -> E<'_> {
+        let v = self.with(f);
         self.of(v)
     }
 }
@@ -118,6 +130,13 @@ impl<'e> Operand<'e> for i64 {
     }
 }
 
+/// true or false as a predicate like the other operand.
+impl<'e> Operand<'e> for bool {
+    fn value_like(self, like: E<'e>) -> Value {
+        (self as i64).value_like(like)
+    }
+}
+
 impl<'e> E<'e> {
     fn b(&self) -> RefMut<'e, Builder> {
         self.ex.builder()
@@ -166,6 +185,12 @@ impl<'e> E<'e> {
     /// reductions); build no expressions inside `f`.
     pub fn with<R>(&self, f: impl FnOnce(&mut Builder) -> R) -> R {
         f(&mut self.b())
+    }
+
+    /// The value `f` builds, as another value of the same formula: `x.of(x.with(f))`.
+    pub fn make(&self, f: impl FnOnce(&mut Builder) -> Value) -> E<'e> {
+        let v = self.with(f);
+        self.wrap(v)
     }
 
     pub fn exp(self) -> E<'e> {
@@ -246,6 +271,23 @@ impl<'e> E<'e> {
     pub fn splat(self, dims: &[i64]) -> E<'e> {
         self.unary(|b, v| b.broadcast_in_dim(v, dims, &[]))
     }
+    /// broadcast_in_dim to `dims`, this value's dimensions landing on `at`.
+    pub fn broadcast(self, dims: &[i64], at: &[i64]) -> E<'e> {
+        self.unary(|b, v| b.broadcast_in_dim(v, dims, at))
+    }
+
+    /// The real part of a complex value (real type).
+    pub fn real(self) -> E<'e> {
+        self.unary(Builder::real)
+    }
+    /// The imaginary part of a complex value (real type).
+    pub fn imag(self) -> E<'e> {
+        self.unary(Builder::imag)
+    }
+    /// The complex value `self + i im` (f32 or f64 parts).
+    pub fn complex(self, im: impl Operand<'e>) -> E<'e> {
+        self.binary(im, Builder::complex)
+    }
 
     pub fn pow(self, o: impl Operand<'e>) -> E<'e> {
         self.binary(o, Builder::pow)
@@ -323,6 +365,7 @@ binary_operator!(Div, div, div);
 binary_operator!(Rem, rem, rem);
 binary_operator!(BitAnd, bitand, and);
 binary_operator!(BitOr, bitor, or);
+binary_operator!(BitXor, bitxor, xor);
 
 impl<'e> Neg for E<'e> {
     type Output = E<'e>;
@@ -405,6 +448,42 @@ mod tests {
         drop(e);
         let text = b.finish(&[n]);
         assert!(text.contains("stablehlo.broadcast_in_dim"), "{text}");
+    }
+
+    #[test]
+    fn xor_bool_constants_and_built_values() {
+        let mut b = Builder::new();
+        let x = f32s(&mut b, &[3]);
+        let e = Ex::new(&mut b);
+        let x = e.of(x);
+        let p = x.lt(0.0) ^ x.gt(1.0);
+        let q = p.select(false, x.eq(2.0));
+        let i = e.int(1 << 40, ElemType::I64);
+        let j = i.make(|b| b.convert(i.v, ElemType::F32)).splat(&[3]);
+        let y = q.select(x, j).v;
+        drop(e);
+        let text = b.finish(&[y]);
+        assert!(text.contains("stablehlo.xor"), "{text}");
+        assert!(text.contains("dense<false> : tensor<3xi1>"), "{text}");
+        assert!(text.contains(&(1i64 << 40).to_string()), "{text}");
+    }
+
+    #[test]
+    fn complex_parts_and_broadcast() {
+        let mut b = Builder::new();
+        let x = f32s(&mut b, &[3]);
+        let e = Ex::new(&mut b);
+        let x = e.of(x);
+        let z = x.complex(0.0);
+        assert_eq!(z.elem(), ElemType::C64);
+        let m = (z.real() + z.imag()).broadcast(&[2, 3], &[1]);
+        assert_eq!(m.dims(), vec![2, 3]);
+        let m = m.v;
+        drop(e);
+        let text = b.finish(&[m]);
+        for op in ["stablehlo.complex", "stablehlo.real", "stablehlo.imag", "stablehlo.broadcast_in_dim"] {
+            assert!(text.contains(op), "{op} in {text}");
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::ops::linalg::cholesky::hermitian_from;
 use crate::ops::linalg::qr::{householder_qr, q_columns};
 use crate::ops::linalg::{abs2, adjoint, any, bcast, block, bmm, check_float_or_complex, check_lapack_dtype, check_matrix, check_square, conj, diag, eps, eye3, iota, mats, max, splat, sum, to_elem, unflatten, I64};
 use crate::{check, Out, op, Op};
-use stablehlo::{Builder, CmpDir, GatherDims, ScatterDims, Value};
+use stablehlo::{Builder, CmpDir, ElemType, Ex, GatherDims, ScatterDims, TensorType, Value, E};
 
 pub(crate) const OPS: &[Op] = &[
     op("_linalg_eigh", linalg_eigh),
@@ -72,43 +72,23 @@ fn pair_index(b: &mut Builder, i: Value, j: Value) -> Value {
 /// theta = (aqq - app) / (2 |apq|).
 fn jacobi_rotation(b: &mut Builder, app: Value, aqq: Value, apq: Value, p: Value, q: Value, n: i64) -> (Value, Value) {
     let e = b.elem(apq);
-    let re = e.real_type();
-    let d = b.dims(app).to_vec();
-    let (bs, h) = (d[0], d[1]);
-    let abs = b.abs(apq);
-    let zero = splat(b, 0.0, re, &d);
-    let none = b.compare(CmpDir::Eq, abs, zero);
-    let diff = b.sub(aqq, app);
-    let two = splat(b, 2.0, re, &d);
-    let den = b.mul(two, abs);
-    let theta = b.div(diff, den);
-    let one = splat(b, 1.0, re, &d);
-    let minus = splat(b, -1.0, re, &d);
-    let nonneg = b.compare(CmpDir::Ge, theta, zero);
-    let sg = b.select(nonneg, one, minus);
-    let th2 = b.mul(theta, theta);
-    let th2p1 = b.add(th2, one);
-    let root = b.sqrt(th2p1);
-    let ath = b.abs(theta);
-    let den2 = b.add(ath, root);
-    let t = b.div(sg, den2);
-    let t = b.select(none, zero, t);
-    let t2 = b.mul(t, t);
-    let t2p1 = b.add(t2, one);
-    let c = b.rsqrt(t2p1);
-    let s = b.mul(t, c);
-    let (c_e, s_e) = (to_elem(b, c, e), to_elem(b, s, e));
-    // The phase conj(apq) / |apq| (the sign of apq for reals), 1 when apq = 0.
-    let phase = {
-        let abs_e = to_elem(b, abs, e);
-        let ca = conj(b, apq);
-        let ph = b.div(ca, abs_e);
-        let one_e = splat(b, 1.0, e, &d);
-        b.select(none, one_e, ph)
+    let bs = b.dims(app)[0];
+    let [c_e, s_e, cq, sq, shift] = {
+        let ex = Ex::new(b);
+        let [app, aqq, apq] = ex.all([app, aqq, apq]);
+        let abs = apq.abs();
+        let none = abs.eq(0.0);
+        let theta = (aqq - app) / (2.0 * abs);
+        let sg = theta.ge(0.0).select(theta.k(1.0), -1.0);
+        let t = none.select(0.0, sg / (theta.abs() + (theta * theta + 1.0).sqrt()));
+        let c = (t * t + 1.0).rsqrt();
+        let s = t * c;
+        let (c_e, s_e) = (as_elem(c, e), as_elem(s, e));
+        // The phase conj(apq) / |apq| (the sign of apq for reals), 1 when apq = 0.
+        let phase = none.select(1.0, apq.make(|b| conj(b, apq.v)) / as_elem(abs, e));
+        // The exact change of the diagonal: a_pp - t |a_pq| and a_qq + t |a_pq|.
+        [c_e, s_e, c_e * phase, -(s_e * phase), t * abs].map(|x| x.v)
     };
-    let cq = b.mul(c_e, phase);
-    let sq = b.mul(s_e, phase);
-    let sq = b.neg(sq);
     let idx = {
         let pp = pair_index(b, p, p);
         let qq = pair_index(b, q, q);
@@ -118,11 +98,12 @@ fn jacobi_rotation(b: &mut Builder, app: Value, aqq: Value, apq: Value, p: Value
     };
     let vals = b.concatenate(&[c_e, cq, s_e, sq], 1);
     let zeros = splat(b, 0.0, e, &[bs, n, n]);
-    let _ = h;
-    let j = scatter_pairs(b, zeros, idx, vals);
-    // The exact change of the diagonal: a_pp - t |a_pq| and a_qq + t |a_pq|.
-    let shift = b.mul(t, abs);
-    (j, shift)
+    (scatter_pairs(b, zeros, idx, vals), shift)
+}
+
+/// x as element type `e` (a real x as complex with a zero imaginary part).
+fn as_elem<'e>(x: E<'e>, e: ElemType) -> E<'e> {
+    x.make(|b| to_elem(b, x.v, e))
 }
 
 /// x [B, N, N] with the entries at the index pairs idx [K, 2] replaced by vals [B, K].
@@ -146,12 +127,12 @@ fn reorthonormalize(b: &mut Builder, q: Value) -> Value {
     let e = b.elem(q);
     let qh = adjoint(b, q);
     let g = bmm(b, qh, q);
-    let three = eye3(b, e, d[0], d[2], d[2]);
-    let c3 = splat(b, 3.0, e, &[d[0], d[2], d[2]]);
-    let three = b.mul(three, c3);
-    let m = b.sub(three, g);
-    let half = splat(b, 0.5, e, &[d[0], d[2], d[2]]);
-    let m = b.mul(m, half);
+    let eye = eye3(b, e, d[0], d[2], d[2]);
+    let m = {
+        let ex = Ex::new(b);
+        let [eye, g] = ex.all([eye, g]);
+        ((eye * 3.0 - g) * 0.5).v
+    };
     bmm(b, q, m)
 }
 
@@ -213,10 +194,12 @@ fn off_diag_norm2(b: &mut Builder, x: Value) -> Value {
     let dims = b.dims(x).to_vec();
     let r = iota(b, &dims, 1);
     let c = iota(b, &dims, 2);
-    let off = b.compare(CmpDir::Ne, r, c);
     let a2 = abs2(b, x);
-    let zero = splat(b, 0.0, b.elem(a2), &dims);
-    let a2 = b.select(off, a2, zero);
+    let a2 = {
+        let ex = Ex::new(b);
+        let [r, c, a2] = ex.all([r, c, a2]);
+        r.ne(c).select(a2, 0.0).v
+    };
     sum(b, a2, &[1, 2])
 }
 
@@ -226,7 +209,6 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
     let d = b.dims(a).to_vec();
     let (bs, n) = (d[0], d[1]);
     let e = b.elem(a);
-    let re = e.real_type();
     // An odd size gets a decoupled zero row and column (its rotations are identities).
     let nn = n + n % 2;
     let a = if nn != n {
@@ -244,19 +226,20 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
     // Converged when the off-diagonal part is below eps ||A||_F (the rotated pairs are zeroed
     // exactly, so rounding does not hold it above that).
     let tol = eps(e);
-    let tol2 = splat(b, tol * tol, re, &[bs]);
-    let limit = b.mul(tol2, fro);
+    let limit = {
+        let ex = Ex::new(b);
+        (tol * tol * ex.of(fro)).v
+    };
     let v0 = eye3(b, e, bs, nn, nn);
     let t0 = b.constant_i64(0, I64);
     let out = b.while_loop(
         &[t0, a, v0],
         |b, v| {
-            let cap = b.constant_i64(MAX_SWEEPS * rounds, I64);
-            let more = b.compare(CmpDir::Lt, v[0], cap);
             let off = off_diag_norm2(b, v[1]);
-            let big = b.compare(CmpDir::Gt, off, limit);
-            let any_big = any(b, big);
-            b.and(more, any_big)
+            let ex = Ex::new(b);
+            let [t, off, limit] = ex.all([v[0], off, limit]);
+            let big = off.gt(limit);
+            (t.lt(MAX_SWEEPS * rounds) & big.make(|b| any(b, big.v))).v
         },
         |b, v| {
             let (t, a, vecs) = (v[0], v[1], v[2]);
@@ -267,12 +250,11 @@ fn jacobi_eigh(b: &mut Builder, a: Value) -> (Value, Value) {
             // The rotated pairs' diagonal entries and zeros, exactly (the product above rounds
             // them relative to the whole entries; accumulated over the rounds that is
             // much less accurate).
-            let app_r = b.real(app);
-            let aqq_r = b.real(aqq);
-            let dp = b.sub(app_r, shift);
-            let dq = b.add(aqq_r, shift);
-            let dp = to_elem(b, dp, e);
-            let dq = to_elem(b, dq, e);
+            let [dp, dq] = {
+                let ex = Ex::new(b);
+                let [app, aqq, shift] = ex.all([app, aqq, shift]);
+                [as_elem(app.real() - shift, e).v, as_elem(aqq.real() + shift, e).v]
+            };
             let dd = b.dims(dp).to_vec();
             let z = splat(b, 0.0, e, &dd);
             let iqp = pair_index(b, q, p);
@@ -313,10 +295,11 @@ fn sort_with_columns(b: &mut Builder, w: Value, mats: &[Value], descending: bool
             let d3 = [bs, k, k];
             let rows = iota(b, &d3, 1);
             let p3 = bcast(b, perm, &d3, &[0, 2]);
-            let on = b.compare(CmpDir::Eq, rows, p3);
-            let one = splat(b, 1.0, e, &d3);
-            let zero = splat(b, 0.0, e, &d3);
-            let pm = b.select(on, one, zero);
+            let pm = {
+                let ex = Ex::new(b);
+                let one = ex.full(1.0, &TensorType::new(e, &d3));
+                ex.of(rows).eq(ex.of(p3)).select(one, 0.0).v
+            };
             bmm(b, m, pm)
         })
         .collect();
@@ -355,7 +338,6 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     let d = b.dims(a).to_vec();
     let (bs, m, n) = (d[0], d[1], d[2]);
     let e = b.elem(a);
-    let re = e.real_type();
     let nn = n + n % 2;
     let w0 = if nn != n {
         let z = b.constant_f64(0.0, e);
@@ -380,25 +362,18 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
         |b, v| {
             // Converged when every pair of columns is orthogonal to working precision:
             // |g_pq|^2 <= tol^2 g_pp g_qq.
-            let cap = b.constant_i64(MAX_SWEEPS * rounds, I64);
-            let more = b.compare(CmpDir::Lt, v[0], cap);
             let g = v[3];
             let d3 = [bs, nn, nn];
             let dg = diag(b, g);
-            let dg = b.real(dg);
-            let gi = bcast(b, dg, &d3, &[0, 1]);
-            let gj = bcast(b, dg, &d3, &[0, 2]);
-            let gg = b.mul(gi, gj);
-            let t2 = splat(b, tol * tol, re, &d3);
-            let lim = b.mul(gg, t2);
             let g2 = abs2(b, g);
             let rows = iota(b, &d3, 1);
             let cols = iota(b, &d3, 2);
-            let off = b.compare(CmpDir::Ne, rows, cols);
-            let big = b.compare(CmpDir::Gt, g2, lim);
-            let bad = b.and(off, big);
-            let any_bad = any(b, bad);
-            b.and(more, any_bad)
+            let ex = Ex::new(b);
+            let [t, dg, g2, rows, cols] = ex.all([v[0], dg, g2, rows, cols]);
+            let dg = dg.real();
+            let lim = dg.broadcast(&d3, &[0, 1]) * dg.broadcast(&d3, &[0, 2]) * (tol * tol);
+            let bad = rows.ne(cols) & g2.gt(lim);
+            (t.lt(MAX_SWEEPS * rounds) & bad.make(|b| any(b, bad.v))).v
         },
         |b, v| {
             let (t, w, vecs, g) = (v[0], v[1], v[2], v[3]);
@@ -418,22 +393,15 @@ fn jacobi_svd(b: &mut Builder, a: Value) -> (Value, Value, Value) {
     let vecs = block(b, vecs, (0, n), (0, n));
     let w2 = abs2(b, w);
     let s2 = sum(b, w2, &[1]);
-    let sigma = b.sqrt(s2);
+    let ex = Ex::new(b);
+    let sigma = ex.of(s2).sqrt();
     // Columns with a negligible norm carry no direction: left as zeros (completed later).
-    let smax = max(b, sigma, &[1]);
-    let d2 = [bs, n];
-    let smax2 = bcast(b, smax, &d2, &[0]);
-    let thr = splat(b, (m.max(n) as f64) * eps(e), re, &d2);
-    let cut = b.mul(smax2, thr);
-    let keep = b.compare(CmpDir::Gt, sigma, cut);
+    let smax = sigma.make(|b| max(b, sigma.v, &[1])).broadcast(&[bs, n], &[0]);
+    let keep = sigma.gt(smax * ((m.max(n) as f64) * eps(e)));
     let d3 = [bs, m, n];
-    let s3 = bcast(b, sigma, &d3, &[0, 2]);
-    let s3 = to_elem(b, s3, e);
-    let u = b.div(w, s3);
-    let keep3 = bcast(b, keep, &d3, &[0, 2]);
-    let zeros = splat(b, 0.0, e, &d3);
-    let u = b.select(keep3, u, zeros);
-    (u, sigma, vecs)
+    let u = ex.of(w) / as_elem(sigma.broadcast(&d3, &[0, 2]), e);
+    let u = keep.broadcast(&d3, &[0, 2]).select(u, 0.0);
+    (u.v, sigma.v, vecs)
 }
 
 /// An orthonormal basis [B, m, cols] whose leading columns follow those of `u` [B, m, k]
@@ -450,13 +418,12 @@ fn orthonormal_basis(b: &mut Builder, u: Value, cols: i64) -> Value {
     let kk = k.min(cols);
     let rk = block(b, r, (0, kk), (0, kk));
     let rd = diag(b, rk);
-    let mag = b.abs(rd);
-    let half = splat(b, 0.5, e.real_type(), &[bs, kk]);
-    let present = b.compare(CmpDir::Gt, mag, half);
-    let mag_e = to_elem(b, mag, e);
-    let ph = b.div(rd, mag_e);
-    let ones = splat(b, 1.0, e, &[bs, kk]);
-    let ph = b.select(present, ph, ones);
+    let ph = {
+        let ex = Ex::new(b);
+        let rd = ex.of(rd);
+        let mag = rd.abs();
+        mag.gt(0.5).select(rd / as_elem(mag, e), 1.0).v
+    };
     let ph = if cols > kk {
         let rest = splat(b, 1.0, e, &[bs, cols - kk]);
         b.concatenate(&[ph, rest], 1)

@@ -15,12 +15,12 @@ use crate::args::{Args, Tensor};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::linalg::{check_square, cspl, flat_batch, iota as idx, ispl, splat as spl, sum as sum_over, I64E};
+use crate::ops::linalg::{any_over, check_square, cspl, flat_batch, iota as idx, max as max_over, pick1, sum as sum_over, swap_lines, I64E};
 use crate::{check, one, Out, op, Op};
 use self::balance::{ev_gebal, ev_hessenberg};
 use self::schur::ev_lahqr;
 use self::vectors::ev_vectors;
-use stablehlo::{Builder, CmpDir, ElemType, Value};
+use stablehlo::{Builder, ElemType, Ex, Value, E};
 
 pub(crate) const OPS: &[Op] = &[
     // linalg.eig raises for non-finite input: its size program checks.
@@ -30,35 +30,37 @@ pub(crate) const OPS: &[Op] = &[
 
 // ---- the real nonsymmetric eigenproblem (LAPACK's ?geev, one matrix at a time) ------------------
 
-/// Scalar helpers for one matrix: 0-d constants of the working type and element access.
+/// One matrix's working type and size, and element access.
 struct Ev {
     e: ElemType,
     n: i64,
 }
 
 impl Ev {
-    fn c(&self, b: &mut Builder, x: f64) -> Value {
-        b.constant_f64(x, self.e)
-    }
-    fn i(&self, b: &mut Builder, x: i64) -> Value {
-        b.constant_i64(x, I64E)
-    }
     /// m[i, j] as a 0-d value.
-    fn at(&self, b: &mut Builder, m: Value, i: Value, j: Value) -> Value {
-        let v = b.dynamic_slice(m, &[i, j], &[1, 1]);
-        b.reshape(v, &[])
+    fn at<'e>(&self, m: E<'e>, i: E<'e>, j: E<'e>) -> E<'e> {
+        m.make(|b| {
+            let v = b.dynamic_slice(m.v, &[i.v, j.v], &[1, 1]);
+            b.reshape(v, &[])
+        })
     }
-    fn set(&self, b: &mut Builder, m: Value, i: Value, j: Value, v: Value) -> Value {
-        let v = b.reshape(v, &[1, 1]);
-        b.dynamic_update_slice(m, v, &[i, j])
+    fn set<'e>(&self, m: E<'e>, i: E<'e>, j: E<'e>, v: E<'e>) -> E<'e> {
+        m.make(|b| {
+            let v = b.reshape(v.v, &[1, 1]);
+            b.dynamic_update_slice(m.v, v, &[i.v, j.v])
+        })
     }
-    fn vat(&self, b: &mut Builder, v: Value, i: Value) -> Value {
-        let x = b.dynamic_slice(v, &[i], &[1]);
-        b.reshape(x, &[])
+    fn vat<'e>(&self, v: E<'e>, i: E<'e>) -> E<'e> {
+        v.make(|b| {
+            let x = b.dynamic_slice(v.v, &[i.v], &[1]);
+            b.reshape(x, &[])
+        })
     }
-    fn vset(&self, b: &mut Builder, v: Value, i: Value, x: Value) -> Value {
-        let x = b.reshape(x, &[1]);
-        b.dynamic_update_slice(v, x, &[i])
+    fn vset<'e>(&self, v: E<'e>, i: E<'e>, x: E<'e>) -> E<'e> {
+        v.make(|b| {
+            let x = b.reshape(x.v, &[1]);
+            b.dynamic_update_slice(v.v, x, &[i.v])
+        })
     }
     fn ulp(&self) -> f64 {
         if self.e == ElemType::F64 { f64::EPSILON } else { f32::EPSILON as f64 }
@@ -69,211 +71,225 @@ impl Ev {
 }
 
 /// Fortran's SIGN(a, s) elementwise: |a| with the sign of s (s >= 0 counts as positive).
-fn fsign(b: &mut Builder, a: Value, s: Value) -> Value {
-    let d = b.dims(a).to_vec();
-    let aa = b.abs(a);
-    let na = b.neg(aa);
-    let z = spl(b, 0.0, b.elem(a), &d);
-    let neg = b.compare(CmpDir::Lt, s, z);
-    b.select(neg, na, aa)
+fn fsign<'e>(a: E<'e>, s: E<'e>) -> E<'e> {
+    let aa = a.abs();
+    s.lt(0.0).select(-aa, aa)
 }
 
 /// LAPACK's dlapy2 elementwise: sqrt(x^2 + y^2) without overflow.
-fn lapy2(b: &mut Builder, x: Value, y: Value) -> Value {
-    let (d, e) = (b.dims(x).to_vec(), b.elem(x));
-    let xa = b.abs(x);
-    let ya = b.abs(y);
-    let w = b.max(xa, ya);
-    let z = b.min(xa, ya);
-    let q = b.div(z, w);
-    let q2 = b.mul(q, q);
-    let one = spl(b, 1.0, e, &d);
-    let t = b.add(one, q2);
-    let t = b.sqrt(t);
-    let r = b.mul(w, t);
-    let zero = spl(b, 0.0, e, &d);
-    let z0 = b.compare(CmpDir::Eq, z, zero);
-    b.select(z0, w, r)
+fn lapy2<'e>(x: E<'e>, y: E<'e>) -> E<'e> {
+    let (xa, ya) = (x.abs(), y.abs());
+    let (w, z) = (xa.max(ya), xa.min(ya));
+    let q = z / w;
+    z.eq(0.0).select(w, w * (1.0 + q * q).sqrt())
 }
 
 /// The plane rotation (x, y) -> (cs x + sn y, cs y - sn x), elementwise (cs, sn of x's dims).
-fn plane_rot(b: &mut Builder, x: Value, y: Value, cs: Value, sn: Value) -> (Value, Value) {
-    let a1 = b.mul(cs, x);
-    let a2 = b.mul(sn, y);
-    let nx = b.add(a1, a2);
-    let b1 = b.mul(cs, y);
-    let b2 = b.mul(sn, x);
-    let ny = b.sub(b1, b2);
-    (nx, ny)
+fn plane_rot<'e>(x: E<'e>, y: E<'e>, cs: E<'e>, sn: E<'e>) -> (E<'e>, E<'e>) {
+    (cs * x + sn * y, cs * y - sn * x)
 }
 
 /// dlahqr's 3-row reflector I - t1 [1 v2 v3]^T [1 v2 v3] on three lines x (rows or columns):
 /// x_j - t_j (x0 + v2 x1 + v3 x2) with t = [t1, t1 v2, t1 v3] (0-d values); the third line is
 /// left as it is unless `three` (the sweep's last step has only two rows).
-fn reflect3(b: &mut Builder, x: &[Value], v: [Value; 2], t: [Value; 3], three: Value) -> Vec<Value> {
-    let d = b.dims(x[0]).to_vec();
-    let v2 = b.broadcast_in_dim(v[0], &d, &[]);
-    let v3 = b.broadcast_in_dim(v[1], &d, &[]);
-    let x1 = b.mul(v2, x[1]);
-    let x2 = b.mul(v3, x[2]);
-    let sm = b.add(x[0], x1);
-    let sm = b.add(sm, x2);
-    let mut out = Vec::with_capacity(3);
-    for j in 0..3 {
-        let tj = b.broadcast_in_dim(t[j], &d, &[]);
-        let y = b.mul(sm, tj);
-        out.push(b.sub(x[j], y));
-    }
-    let three = b.broadcast_in_dim(three, &d, &[]);
-    out[2] = b.select(three, out[2], x[2]);
-    out
+fn reflect3<'e>(x: [E<'e>; 3], v: [E<'e>; 2], t: [E<'e>; 3], three: E<'e>) -> [E<'e>; 3] {
+    let d = x[0].dims();
+    let sm = x[0] + v[0].splat(&d) * x[1] + v[1].splat(&d) * x[2];
+    let [y0, y1, y2] = [0, 1, 2].map(|j| x[j] - sm * t[j].splat(&d));
+    [y0, y1, three.splat(&d).select(y2, x[2])]
+}
+
+/// `p ? t : f` for each pair of lines (p broadcast alike).
+fn select_all<'e, const N: usize>(p: E<'e>, t: [E<'e>; N], f: [E<'e>; N]) -> [E<'e>; N] {
+    std::array::from_fn(|k| p.select(t[k], f[k]))
+}
+
+/// Rows i .. i + count of a matrix m [r, c] (i 0-d).
+fn rows_at<'e>(m: E<'e>, i: E<'e>, count: i64) -> E<'e> {
+    let c = m.dims()[1];
+    m.make(|b| {
+        let z = b.constant_i64(0, I64E);
+        b.dynamic_slice(m.v, &[i.v, z], &[count, c])
+    })
+}
+
+/// Columns j .. j + count of a matrix m [r, c] (j 0-d).
+fn cols_at<'e>(m: E<'e>, j: E<'e>, count: i64) -> E<'e> {
+    let r = m.dims()[0];
+    m.make(|b| {
+        let z = b.constant_i64(0, I64E);
+        b.dynamic_slice(m.v, &[z, j.v], &[r, count])
+    })
+}
+
+/// m with rows i .. by x (as many as x has).
+fn put_rows<'e>(m: E<'e>, i: E<'e>, x: E<'e>) -> E<'e> {
+    m.make(|b| {
+        let z = b.constant_i64(0, I64E);
+        b.dynamic_update_slice(m.v, x.v, &[i.v, z])
+    })
+}
+
+/// m with columns j .. by x (as many as x has).
+fn put_cols<'e>(m: E<'e>, j: E<'e>, x: E<'e>) -> E<'e> {
+    m.make(|b| {
+        let z = b.constant_i64(0, I64E);
+        b.dynamic_update_slice(m.v, x.v, &[z, j.v])
+    })
 }
 
 /// Row i of a matrix m [r, c] as [c] (i 0-d).
-fn row_at(b: &mut Builder, m: Value, i: Value) -> Value {
-    let c = b.dims(m)[1];
-    let z = b.constant_i64(0, I64E);
-    let x = b.dynamic_slice(m, &[i, z], &[1, c]);
-    b.reshape(x, &[c])
+fn row_at<'e>(m: E<'e>, i: E<'e>) -> E<'e> {
+    let c = m.dims()[1];
+    let x = rows_at(m, i, 1);
+    x.make(|b| b.reshape(x.v, &[c]))
 }
 
 /// Column j of a matrix m [r, c] as [r] (j 0-d).
-fn col_at(b: &mut Builder, m: Value, j: Value) -> Value {
-    let r = b.dims(m)[0];
-    let z = b.constant_i64(0, I64E);
-    let x = b.dynamic_slice(m, &[z, j], &[r, 1]);
-    b.reshape(x, &[r])
+fn col_at<'e>(m: E<'e>, j: E<'e>) -> E<'e> {
+    let r = m.dims()[0];
+    let x = cols_at(m, j, 1);
+    x.make(|b| b.reshape(x.v, &[r]))
 }
 
 /// m [r, c] with row i replaced by x [c].
-fn put_row(b: &mut Builder, m: Value, i: Value, x: Value) -> Value {
-    let c = b.dims(m)[1];
-    let z = b.constant_i64(0, I64E);
-    let x = b.reshape(x, &[1, c]);
-    b.dynamic_update_slice(m, x, &[i, z])
+fn put_row<'e>(m: E<'e>, i: E<'e>, x: E<'e>) -> E<'e> {
+    let c = m.dims()[1];
+    put_rows(m, i, x.make(|b| b.reshape(x.v, &[1, c])))
 }
 
 /// m [r, c] with column j replaced by x [r].
-fn put_col(b: &mut Builder, m: Value, j: Value, x: Value) -> Value {
-    let r = b.dims(m)[0];
-    let z = b.constant_i64(0, I64E);
-    let x = b.reshape(x, &[r, 1]);
-    b.dynamic_update_slice(m, x, &[z, j])
+fn put_col<'e>(m: E<'e>, j: E<'e>, x: E<'e>) -> E<'e> {
+    let r = m.dims()[0];
+    put_cols(m, j, x.make(|b| b.reshape(x.v, &[r, 1])))
 }
 
-/// The slices of `m` along `axis`, that axis dropped: the rows or columns of a thin block (or
+/// The N slices of `m` along `axis`, that axis dropped: the rows or columns of a thin block (or
 /// the entries of a short vector), for the 2- and 3-line updates of the QR sweep.
-fn unstack(b: &mut Builder, m: Value, axis: usize) -> Vec<Value> {
-    let d = b.dims(m).to_vec();
+fn unstack<'e, const N: usize>(m: E<'e>, axis: usize) -> [E<'e>; N] {
+    let d = m.dims();
+    assert_eq!(d[axis], N as i64, "unstack: {N} lines along axis {axis} of {d:?}");
     let mut line = d.clone();
     line.remove(axis);
-    (0..d[axis])
-        .map(|j| {
-            let mut lo = vec![0; d.len()];
-            lo[axis] = j;
-            let mut hi = d.clone();
-            hi[axis] = j + 1;
-            let x = b.slice(m, &lo, &hi, &vec![1; d.len()]);
+    std::array::from_fn(|j| {
+        let mut lo = vec![0; d.len()];
+        lo[axis] = j as i64;
+        let mut hi = d.clone();
+        hi[axis] = j as i64 + 1;
+        m.make(|b| {
+            let x = b.slice(m.v, &lo, &hi, &vec![1; d.len()]);
             b.reshape(x, &line)
         })
-        .collect()
+    })
 }
 
 /// The inverse of `unstack`: equal lines joined along a new `axis`.
-fn stack(b: &mut Builder, lines: &[Value], axis: usize) -> Value {
-    let mut d = b.dims(lines[0]).to_vec();
+fn stack<'e>(lines: &[E<'e>], axis: usize) -> E<'e> {
+    let mut d = lines[0].dims();
     d.insert(axis, 1);
-    let parts: Vec<Value> = lines.iter().map(|&x| b.reshape(x, &d)).collect();
-    b.concatenate(&parts, axis as i64)
+    lines[0].make(|b| {
+        let parts: Vec<Value> = lines.iter().map(|x| b.reshape(x.v, &d)).collect();
+        b.concatenate(&parts, axis as i64)
+    })
 }
 
 /// x shifted one place back along `axis`: x[.., k + 1, ..] at k, zeros filling the end.
-fn next_along(b: &mut Builder, x: Value, axis: usize) -> Value {
-    let d = b.dims(x).to_vec();
+fn next_along<'e>(x: E<'e>, axis: usize) -> E<'e> {
+    let d = x.dims();
     let zeros = vec![0; d.len()];
     let mut lo = zeros.clone();
     lo[axis] = 1;
-    let s = b.slice(x, &lo, &d, &vec![1; d.len()]);
-    let z = b.constant_f64(0.0, b.elem(x));
-    b.pad(s, z, &zeros, &lo, &zeros)
+    x.make(|b| {
+        let s = b.slice(x.v, &lo, &d, &vec![1; d.len()]);
+        let z = b.constant_f64(0.0, b.elem(x.v));
+        b.pad(s, z, &zeros, &lo, &zeros)
+    })
 }
 
 /// x shifted one place on along `axis`: x[.., k - 1, ..] at k, zeros filling the start.
-fn prev_along(b: &mut Builder, x: Value, axis: usize) -> Value {
-    let d = b.dims(x).to_vec();
+fn prev_along<'e>(x: E<'e>, axis: usize) -> E<'e> {
+    let d = x.dims();
     let zeros = vec![0; d.len()];
     let mut hi = d.clone();
     hi[axis] -= 1;
-    let s = b.slice(x, &zeros, &hi, &vec![1; d.len()]);
     let mut low = zeros.clone();
     low[axis] = 1;
-    let z = b.constant_f64(0.0, b.elem(x));
-    b.pad(s, z, &low, &zeros, &zeros)
+    x.make(|b| {
+        let s = b.slice(x.v, &zeros, &hi, &vec![1; d.len()]);
+        let z = b.constant_f64(0.0, b.elem(x.v));
+        b.pad(s, z, &low, &zeros, &zeros)
+    })
+}
+
+/// The positions along `axis` of a tensor of dims `d` (int64; `like` only lends its builder).
+fn pos<'e>(like: E<'e>, d: &[i64], axis: usize) -> E<'e> {
+    like.make(|b| idx(b, d, axis))
+}
+
+/// The sum of x over `dims`.
+fn sum<'e>(x: E<'e>, dims: &[i64]) -> E<'e> {
+    x.make(|b| sum_over(b, x.v, dims))
+}
+
+/// Whether x holds anywhere along `dims`.
+fn any<'e>(x: E<'e>, dims: &[i64]) -> E<'e> {
+    x.make(|b| any_over(b, x.v, dims))
+}
+
+/// The largest x along `dims`.
+fn amax<'e>(x: E<'e>, dims: &[i64]) -> E<'e> {
+    x.make(|b| max_over(b, x.v, dims))
+}
+
+/// v[i] of a 1-d v (i a 0-d int64; 0 when out of range).
+fn pick<'e>(v: E<'e>, i: E<'e>) -> E<'e> {
+    v.make(|b| pick1(b, v.v, i.v))
+}
+
+/// `m` with its lines i1 and i2 along `axis` (rows 0, columns 1) exchanged.
+fn swapped<'e>(m: E<'e>, i1: E<'e>, i2: E<'e>, axis: usize) -> E<'e> {
+    m.make(|b| swap_lines(b, m.v, i1.v, i2.v, axis))
 }
 
 /// The diagonal m[k, k - off] of a square m, one entry per row k (0 where k - off is out of
 /// range): off 0 the diagonal, 1 the subdiagonal, -1 the superdiagonal.
-fn band(b: &mut Builder, m: Value, off: i64) -> Value {
-    let d = b.dims(m).to_vec();
-    let r = idx(b, &d, 0);
-    let c = idx(b, &d, 1);
-    let c = if off == 0 {
-        c
-    } else {
-        let o = ispl(b, off, &d);
-        b.add(c, o)
-    };
-    let on = b.compare(CmpDir::Eq, r, c);
-    let z = spl(b, 0.0, b.elem(m), &d);
-    let sel = b.select(on, m, z);
-    sum_over(b, sel, &[1])
+fn band<'e>(m: E<'e>, off: i64) -> E<'e> {
+    let d = m.dims();
+    let (r, c) = (pos(m, &d, 0), pos(m, &d, 1));
+    let c = if off == 0 { c } else { c + off };
+    sum(r.eq(c).select(m, 0.0), &[1])
 }
 
 /// m with the entries below its subdiagonal zeroed (its upper Hessenberg part).
-fn hessenberg_part(b: &mut Builder, m: Value) -> Value {
-    let d = b.dims(m).to_vec();
-    let r = idx(b, &d, 0);
-    let c = idx(b, &d, 1);
-    let one = ispl(b, 1, &d);
-    let c1 = b.add(c, one);
-    let keep = b.compare(CmpDir::Le, r, c1);
-    let z = spl(b, 0.0, b.elem(m), &d);
-    b.select(keep, m, z)
+fn hessenberg_part<'e>(m: E<'e>) -> E<'e> {
+    let d = m.dims();
+    let (r, c) = (pos(m, &d, 0), pos(m, &d, 1));
+    r.le(c + 1i64).select(m, 0.0)
 }
 
 /// The largest position (`pos`, an iota over cand's one dim) where `cand` holds; -1 when none.
-fn last_where(b: &mut Builder, cand: Value, pos: Value) -> Value {
-    let d = b.dims(pos).to_vec();
-    let m1 = ispl(b, -1, &d);
-    let ci = b.select(cand, pos, m1);
-    let mn = b.constant_i64(-1, I64E);
-    b.reduce(&[ci], &[mn], &[0], |b, x| vec![b.max(x[0], x[1])])[0]
+fn last_where<'e>(cand: E<'e>, pos: E<'e>) -> E<'e> {
+    let ci = cand.select(pos, -1i64);
+    ci.make(|b| {
+        let mn = b.constant_i64(-1, I64E);
+        b.reduce(&[ci.v], &[mn], &[0], |b, x| vec![b.max(x[0], x[1])])[0]
+    })
 }
 
 /// m - tau v (v^T m): the Householder reflector I - tau v v^T applied to m [r, c] from the left.
-fn reflect_left(b: &mut Builder, m: Value, v: Value, tau: Value) -> Value {
-    let d = b.dims(m).to_vec();
-    let vb = b.broadcast_in_dim(v, &d, &[0]);
-    let p = b.mul(m, vb);
-    let u = sum_over(b, p, &[0]);
-    let tv = b.broadcast_in_dim(tau, &[d[1]], &[]);
-    let u = b.mul(u, tv);
-    let ub = b.broadcast_in_dim(u, &d, &[1]);
-    let upd = b.mul(vb, ub);
-    b.sub(m, upd)
+fn reflect_left<'e>(m: E<'e>, v: E<'e>, tau: E<'e>) -> E<'e> {
+    let d = m.dims();
+    let vb = v.broadcast(&d, &[0]);
+    let u = sum(m * vb, &[0]) * tau.splat(&[d[1]]);
+    m - vb * u.broadcast(&d, &[1])
 }
 
 /// m - tau (m v) v^T: the same reflector applied from the right.
-fn reflect_right(b: &mut Builder, m: Value, v: Value, tau: Value) -> Value {
-    let d = b.dims(m).to_vec();
-    let vb = b.broadcast_in_dim(v, &d, &[1]);
-    let p = b.mul(m, vb);
-    let mv = sum_over(b, p, &[1]);
-    let tv = b.broadcast_in_dim(tau, &[d[0]], &[]);
-    let w = b.mul(mv, tv);
-    let wb = b.broadcast_in_dim(w, &d, &[0]);
-    let upd = b.mul(wb, vb);
-    b.sub(m, upd)
+fn reflect_right<'e>(m: E<'e>, v: E<'e>, tau: E<'e>) -> E<'e> {
+    let d = m.dims();
+    let vb = v.broadcast(&d, &[1]);
+    let w = sum(m * vb, &[1]) * tau.splat(&[d[0]]);
+    m - w.broadcast(&d, &[0]) * vb
 }
 
 /// dgeev on each matrix of a batch [B, n, n] (real): (eigenvalues [B, n], eigenvectors [B, n, n])
@@ -282,7 +298,6 @@ fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
     let d = b.dims(a).to_vec();
     let (bs, n) = (d[0], d[1]);
     let e = b.elem(a);
-    let ce = e.complex_of().unwrap();
     let ev = Ev { e, n };
     let w0 = cspl(b, 0.0, e, &[bs, n]);
     let v0 = cspl(b, 0.0, e, &[bs, n, n]);
@@ -290,44 +305,46 @@ fn geev_batch(b: &mut Builder, a: Value, vectors: bool) -> (Value, Value) {
     let out = b.while_loop(
         &[z0, w0, v0],
         |b, v| {
-            let nb = b.constant_i64(bs, I64E);
-            b.compare(CmpDir::Lt, v[0], nb)
+            let ex = Ex::new(b);
+            ex.of(v[0]).lt(bs).v
         },
         |b, v| {
-            let (bi, wall, vall) = (v[0], v[1], v[2]);
-            let z0 = b.constant_i64(0, I64E);
-            let m = b.dynamic_slice(a, &[bi, z0, z0], &[1, n, n]);
-            let m = b.reshape(m, &[n, n]);
-            let fin = b.is_finite(m);
-            let t = b.constant_bool(true);
-            let all_fin = b.reduce(&[fin], &[t], &[0, 1], |b, x| vec![b.and(x[0], x[1])])[0];
-            let zm = spl(b, 0.0, e, &[n, n]);
-            let fb = b.broadcast_in_dim(all_fin, &[n, n], &[]);
-            let m = b.select(fb, m, zm);
-            let (ab, ilo, ihi, scale) = ev_gebal(b, &ev, m);
-            let (h, q) = ev_hessenberg(b, &ev, ab, ilo, ihi);
-            let (tt, zz, wr, wi) = ev_lahqr(b, &ev, h, q, ilo, ihi);
-            let w = b.complex(wr, wi);
-            let nanc = cspl(b, f64::NAN, e, &[n]);
-            let fv = b.broadcast_in_dim(all_fin, &[n], &[]);
-            let w = b.select(fv, w, nanc);
-            let w = b.reshape(w, &[1, n]);
-            let wall = b.dynamic_update_slice(wall, w, &[bi, z0]);
+            let ex = Ex::new(b);
+            let [bi, wall, vall] = ex.all([v[0], v[1], v[2]]);
+            let z0 = ex.int(0, I64E);
+            let m = ex.make(|b| {
+                let m = b.dynamic_slice(a, &[bi.v, z0.v, z0.v], &[1, n, n]);
+                b.reshape(m, &[n, n])
+            });
+            let all_fin = m.make(|b| {
+                let fin = b.is_finite(m.v);
+                let t = b.constant_bool(true);
+                b.reduce(&[fin], &[t], &[0, 1], |b, x| vec![b.and(x[0], x[1])])[0]
+            });
+            let m = all_fin.splat(&[n, n]).select(m, 0.0);
+            let (ab, ilo, ihi, scale) = ev_gebal(&ev, m);
+            let (h, q) = ev_hessenberg(&ev, ab, ilo, ihi);
+            let (tt, zz, wr, wi) = ev_lahqr(&ev, h, q, ilo, ihi);
+            let nan = wr.k(f64::NAN);
+            let w = all_fin.splat(&[n]).select(wr.complex(wi), nan.complex(nan));
+            let wall = wall.make(|b| {
+                let w = b.reshape(w.v, &[1, n]);
+                b.dynamic_update_slice(wall.v, w, &[bi.v, z0.v])
+            });
             let vall = if vectors {
-                let vv = ev_vectors(b, &ev, tt, zz, scale, ilo, ihi);
-                let nanm = cspl(b, f64::NAN, e, &[n, n]);
-                let fm = b.broadcast_in_dim(all_fin, &[n, n], &[]);
-                let vv = b.select(fm, vv, nanm);
-                let vv = b.reshape(vv, &[1, n, n]);
-                b.dynamic_update_slice(vall, vv, &[bi, z0, z0])
+                let vv = ev_vectors(&ev, tt, zz, scale, ilo, ihi);
+                let nan = tt.k(f64::NAN);
+                let vv = all_fin.splat(&[n, n]).select(vv, nan.complex(nan));
+                vall.make(|b| {
+                    let vv = b.reshape(vv.v, &[1, n, n]);
+                    b.dynamic_update_slice(vall.v, vv, &[bi.v, z0.v, z0.v])
+                })
             } else {
                 vall
             };
-            let one = b.constant_i64(1, I64E);
-            vec![b.add(bi, one), wall, vall]
+            vec![(bi + 1i64).v, wall.v, vall.v]
         },
     );
-    let _ = ce;
     (out[1], out[2])
 }
 
