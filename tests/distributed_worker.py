@@ -303,6 +303,86 @@ def check_dtensor_and_tp():
         close(p.grad.full_tensor(), q.grad, "TP MLP gradient", tol=1e-5)
 
 
+def check_fsdp2_mixed_precision_uneven():
+    # bf16 parameters with float32 gradient reduction, and dim-0 sizes that do not divide by
+    # the world size; against one process doing the same rounding.
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    torch.tpu.set_device(LOCAL_RANK)
+
+    def model():
+        torch.manual_seed(1)
+        return nn.Sequential(nn.Linear(8, 7), nn.Tanh(), nn.Linear(7, 5))
+
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    sharded = model().to(DEV)
+    for layer in (sharded[0], sharded[2]):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(sharded, mp_policy=policy)
+    x, _ = batch()
+    mine = slice(RANK * 8, (RANK + 1) * 8)
+    sharded(x[mine].to(DEV)).float().pow(2).mean().backward()
+    ref = model().to(torch.bfloat16)
+    grads = []
+    for r in range(WORLD):
+        ref.zero_grad()
+        ref(x[r * 8:(r + 1) * 8].to(torch.bfloat16)).float().pow(2).mean().backward()
+        grads.append([p.grad.float() for p in ref.parameters()])
+    for p, *gs in zip(sharded.parameters(), *grads):
+        assert p.grad.dtype == torch.float32
+        close(p.grad.full_tensor(), sum(gs) / WORLD, "FSDP2 bf16/f32 gradient", tol=2e-2)
+
+
+def check_sequence_parallel():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import SequenceParallel, parallelize_module
+
+    torch.tpu.set_device(LOCAL_RANK)
+    mesh = init_device_mesh("tpu", (WORLD,))
+    torch.manual_seed(0)
+    ref = nn.LayerNorm(6)
+    sp = parallelize_module(nn.LayerNorm(6).to(DEV), mesh, SequenceParallel())
+    x = data(3, (2, 4 * WORLD, 6), torch.float32)
+    out = sp(x[:, RANK * 4:(RANK + 1) * 4].to(DEV))
+    close(out.to_local() if hasattr(out, "to_local") else out, ref(x)[:, RANK * 4:(RANK + 1) * 4].detach(), "SequenceParallel LayerNorm", tol=1e-5)
+    del Shard
+
+
+def check_checkpoint():
+    # A sharded state dict saved with torch.distributed.checkpoint and loaded into a fresh model.
+    import tempfile
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.fsdp import fully_shard
+
+    torch.tpu.set_device(LOCAL_RANK)
+    model = mlp(seed=3).to(DEV)
+    fully_shard(model)
+    path = [tempfile.mkdtemp(prefix="tt-dcp-") if RANK == 0 else None]
+    dist.broadcast_object_list(path, src=0)
+    dcp.save(model.state_dict(), checkpoint_id=path[0])
+    fresh = mlp(seed=4).to(DEV)
+    fully_shard(fresh)
+    state = fresh.state_dict()
+    dcp.load(state, checkpoint_id=path[0])
+    fresh.load_state_dict(state)
+    for p, q in zip(fresh.parameters(), mlp(seed=3).parameters()):
+        close(p.full_tensor(), q.detach(), "checkpoint round trip")
+
+
+def check_compiled_functional():
+    # A functional collective inside a torch.compile'd function.
+    import torch.distributed._functional_collectives as funcol
+
+    @torch.compile(backend="tpu")
+    def f(x):
+        return funcol.all_reduce(x * 2, "sum", dist.group.WORLD) + 1
+
+    got = f(data(RANK, (4,), torch.float32).to(DEV))
+    close(got, reduce_all([data(r, (4,), torch.float32) * 2 for r in range(WORLD)], "sum") + 1, "compiled funcol all_reduce", tol=1e-5)
+
+
 def main():
     init, out_dir, checks = sys.argv[1], sys.argv[2], sys.argv[3:]
     if init == "none":
