@@ -385,6 +385,7 @@ def check_compiled_functional():
 
 def main():
     init, out_dir, checks = sys.argv[1], sys.argv[2], sys.argv[3:]
+    torch.tpu.set_device(LOCAL_RANK)  # as a script would do for cuda
     if init == "none":
         dist.init_process_group()
     elif init == "device_id":

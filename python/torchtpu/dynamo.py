@@ -247,6 +247,8 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     from functorch.compile import make_boxed_func
 
     nodes = list(gm.graph.nodes)
+    if any(_is_collective(n) for n in nodes):
+        return make_boxed_func(_split_at_collectives(gm, kind, frame))  # called as split(*args)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     constants = _graph_constants(gm, nodes)
     output = next(n.args[0] for n in nodes if n.op == "output")
@@ -373,6 +375,49 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
         return execute(args)
 
     return make_boxed_func(run)
+
+
+def _is_collective(node):
+    """Whether a graph node is a functional collective (all_reduce, wait_tensor, ...)."""
+    return node.op == "call_function" and getattr(node.target, "namespace", None) == "_c10d_functional"
+
+
+class _CompiledOnFirstCall(torch.nn.Module):
+    """A piece of a split graph, compiled with the inputs of its first call."""
+
+    def __init__(self, piece, kind, frame):
+        super().__init__()
+        self.piece, self.kind, self.frame, self.fn = piece, kind, frame, None
+
+    def forward(self, *args):
+        if self.fn is None:
+            self.fn = compile_graph(self.piece, list(args), self.kind, self.frame)
+        return self.fn(list(args))
+
+
+def _split_at_collectives(gm, kind, frame):
+    """A graph with functional collectives runs as device programs split around them: each run
+    of collectives runs eagerly (through the c10d backend of the group), each piece between
+    them is compiled like a graph of its own."""
+    from torch.fx.passes.split_module import split_module
+
+    parts, current, in_collectives = {}, 0, False
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        collective = _is_collective(node)
+        if collective != in_collectives:
+            current += 1
+            in_collectives = collective
+        parts[node] = current
+    split = split_module(gm, None, lambda node: parts[node])
+    eager = {parts[n] for n in parts if _is_collective(n)}
+    for name, piece in list(split.named_children()):
+        if int(name.rsplit("_", 1)[1]) not in eager:
+            setattr(split, name, _CompiledOnFirstCall(piece, kind, frame))
+    log.info("torchtpu.compile: %s graph split around %d run(s) of collectives", kind, len(eager))
+
+    return split
 
 
 class _HostPart:
