@@ -7,8 +7,8 @@ pub struct Runtime {
     pub client: pjrt::Client,
     pub devices: Vec<pjrt::Device>,
     pub compile_options: Vec<u8>,
-    /// The options of the quick tier (small eager programs), where the plugin has one.
-    pub quick_options: Option<Vec<u8>>,
+    /// The quick tier of small eager programs, where the plugin has one.
+    quick: Mutex<QuickTier>,
     /// Identifies the plugin for caches: its content hash, API version, platform and version.
     pub identity: String,
     /// The persistent executable cache's directory, if enabled.
@@ -82,8 +82,8 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     } else {
         pjrt::portable_compile_options_proto()
     };
-    let quick_options = (client.platform_name() == "cpu").then(|| pjrt::with_option_overrides(&compile_options, QUICK_TIER));
-    Ok(Runtime { client, devices, compile_options, quick_options, identity, cache_dir })
+    let quick = Mutex::new(QuickTier::new(client.platform_name() == "cpu", &compile_options));
+    Ok(Runtime { client, devices, compile_options, quick, identity, cache_dir })
 }
 
 impl Runtime {
@@ -110,19 +110,54 @@ fn quick_tier_limit() -> i64 {
     *LIMIT.get_or_init(|| std::env::var("TORCHTPU_QUICK_COMPILE_ELEMENTS").ok().and_then(|v| v.parse().ok()).unwrap_or(4096))
 }
 
+/// The quick tier's options: QUICK_TIER less the options this plugin's XLA does not know
+/// (plugins of other XLA versions reject unknown names; each is dropped at its first refusal).
+struct QuickTier {
+    overrides: Vec<(&'static str, pjrt::OptionOverride)>,
+    options: Option<Vec<u8>>,
+}
+
+impl QuickTier {
+    fn new(enabled: bool, base: &[u8]) -> Self {
+        let overrides = if enabled { QUICK_TIER.to_vec() } else { Vec::new() };
+        let options = (!overrides.is_empty()).then(|| pjrt::with_option_overrides(base, &overrides));
+        QuickTier { overrides, options }
+    }
+
+    /// Drops the option an error names as unknown; false when the error is about something else.
+    fn drop_unknown(&mut self, error: &pjrt::Error, base: &[u8]) -> bool {
+        let before = self.overrides.len();
+        self.overrides.retain(|(name, _)| !error.message.contains(&format!("No such compile option: '{name}'")));
+        if self.overrides.len() == before {
+            return false;
+        }
+        *self = QuickTier { overrides: self.overrides.clone(), options: None };
+        if !self.overrides.is_empty() {
+            self.options = Some(pjrt::with_option_overrides(base, &self.overrides));
+        }
+        true
+    }
+}
+
 impl Runtime {
     /// Compiles a program, or loads it from the persistent cache when an entry for exactly
     /// this program, plugin and options exists. `what` names it in the compile log; `eager`
     /// programs (one op, not a compiled graph) may take the quick tier.
     pub fn compile(&self, what: &str, text: &str, eager: bool) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
         let t0 = std::time::Instant::now();
-        let quick = match &self.quick_options {
-            Some(q) if eager && largest_tensor(text) <= quick_tier_limit() => Some(q),
-            _ => None,
+        let small = eager && largest_tensor(text) <= quick_tier_limit();
+        let (exe, from, quick) = loop {
+            let quick = if small { self.quick.lock().unwrap().options.clone() } else { None };
+            match self.compile_or_load(text, quick.as_deref().unwrap_or(&self.compile_options)) {
+                Err(e) if quick.is_some() && self.quick.lock().unwrap().drop_unknown(&e, &self.compile_options) => continue,
+                r => {
+                    let (exe, from) = r?;
+                    break (exe, from, quick.is_some());
+                }
+            }
         };
-        let (exe, from) = self.compile_or_load(text, quick.unwrap_or(&self.compile_options))?;
         if log_compiles() {
-            let tier = if quick.is_some() { ", quick tier" } else { "" };
+            let tier = if quick { ", quick tier" } else { "" };
             eprintln!("torchtpu: compile {what}{} {:.1} ms ({from}{tier})", signature(text), t0.elapsed().as_secs_f64() * 1e3);
         }
         Ok(exe)
