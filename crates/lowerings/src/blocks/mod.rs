@@ -1,11 +1,12 @@
 //! Building blocks shared by the op families: reductions, contractions, gathers and scatters,
-//! constants, 16-bit rounding, loop pieces, NaN handling, generator draws and the dtype names
+//! constants, the operands of promoting ops, 16-bit rounding, loop pieces, NaN handling, generator draws and the dtype names
 //! of messages. Nothing here registers a lowering.
 pub(crate) mod consts;
 pub(crate) mod contract;
 pub(crate) mod gather;
 pub(crate) mod loops;
 pub(crate) mod nan;
+pub(crate) mod operands;
 pub(crate) mod reduce;
 pub(crate) mod rng;
 pub(crate) mod round16;

@@ -1,11 +1,12 @@
 //! Elementwise ops: arithmetic with PyTorch's type promotion (and the fused _add_relu),
 //! comparisons, logical and bitwise ops, unary math (sigmoid and tanh included),
 //! where/clamp/masked_fill, conj_physical, the isinf/isnan family and equal.
-use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::args::{Arg, Args, Scalar};
+use crate::blocks::operands::{float_result, operands, pair, Operand};
 use crate::blocks::nan::{is_nan, nan_min_max};
 use crate::blocks::type_names::meta_name;
 use crate::cx::Cx;
-use crate::dtype::{result_type, DType, Rank};
+use crate::dtype::{result_type, DType};
 use crate::error::{Result, TorchError};
 use crate::{bail, check, one, Out, op, Op, ops};
 use stablehlo::{CmpDir, Value};
@@ -109,58 +110,6 @@ pub(crate) const OPS: &[Op] = &[
 ];
 
 // ---- helpers --------------------------------------------------------------------------------
-
-/// A tensor or a Python number in a promoting op.
-#[derive(Copy, Clone)]
-enum Operand {
-    T(Tensor),
-    S(Scalar),
-}
-
-impl Operand {
-    fn get(args: &Args, name: &str) -> Result<Operand> {
-        match args.get(name) {
-            Some(Arg::Tensor(t)) => Ok(Operand::T(*t)),
-            _ => Ok(Operand::S(args.scalar(name)?)),
-        }
-    }
-    fn promo(&self) -> (DType, Rank) {
-        match self {
-            Operand::T(t) => (t.dtype, t.rank),
-            Operand::S(s) => (s.dtype(), Rank::Wrapped),
-        }
-    }
-    fn value(&self, cx: &mut Cx, dtype: DType) -> Value {
-        match self {
-            Operand::T(t) => cx.cast(t.v, dtype),
-            Operand::S(s) => cx.scalar(*s, dtype),
-        }
-    }
-}
-
-/// Both operands converted to `dtype` and broadcast together.
-fn pair(cx: &mut Cx, a: Operand, b: Operand, dtype: DType) -> Result<(Value, Value)> {
-    let av = a.value(cx, dtype);
-    let bv = b.value(cx, dtype);
-    let vs = cx.broadcast_all(&[av, bv])?;
-    Ok((vs[0], vs[1]))
-}
-
-fn operands(args: &Args, a: &str, b: &str) -> Result<(Operand, Operand, DType)> {
-    let x = Operand::get(args, a)?;
-    let y = Operand::get(args, b)?;
-    let dt = result_type(&[x.promo(), y.promo()]).unwrap();
-    Ok((x, y, dt))
-}
-
-/// PyTorch's dtype for ops that always produce floats (int inputs give the default float).
-fn float_result(d: DType) -> DType {
-    if d.is_float() || d.is_complex() {
-        d
-    } else {
-        DType::F32
-    }
-}
 
 // Builder methods under names usable as fn pointers.
 impl Cx {

@@ -11,67 +11,15 @@ pub(crate) mod math;
 pub(crate) mod ndtr;
 pub(crate) mod polynomials;
 
-use crate::args::{Arg, Args, Scalar, Tensor};
+use crate::args::{Arg, Args, Tensor};
+use crate::blocks::operands::{float_result, operands, pair};
 use crate::cx::Cx;
-use crate::dtype::{result_type, DType, Rank};
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::{check, one, Out};
 use stablehlo::{ElemType, Value, E};
 
 // ---- operands and shared helpers ---------------------------------------------------------------
-
-/// A tensor or a Python number in a promoting binary op.
-#[derive(Copy, Clone)]
-enum Num {
-    T(Tensor),
-    S(Scalar),
-}
-
-impl Num {
-    fn get(args: &Args, name: &str) -> Result<Num> {
-        match args.get(name) {
-            Some(Arg::Tensor(t)) => Ok(Num::T(*t)),
-            _ => Ok(Num::S(args.scalar(name)?)),
-        }
-    }
-    fn promo(&self) -> (DType, Rank) {
-        match self {
-            Num::T(t) => (t.dtype, t.rank),
-            Num::S(s) => (s.dtype(), Rank::Wrapped),
-        }
-    }
-    fn value(&self, cx: &mut Cx, dtype: DType) -> Value {
-        match self {
-            Num::T(t) => cx.cast(t.v, dtype),
-            Num::S(s) => cx.scalar(*s, dtype),
-        }
-    }
-}
-
-/// Both operands, and their promoted dtype.
-fn operands(args: &Args, a: &str, b: &str) -> Result<(Num, Num, DType)> {
-    let x = Num::get(args, a)?;
-    let y = Num::get(args, b)?;
-    let dt = result_type(&[x.promo(), y.promo()]).unwrap();
-    Ok((x, y, dt))
-}
-
-/// Both operands converted to `dtype` and broadcast together.
-fn pair(cx: &mut Cx, a: Num, b: Num, dtype: DType) -> Result<(Value, Value)> {
-    let av = a.value(cx, dtype);
-    let bv = b.value(cx, dtype);
-    let vs = cx.broadcast_all(&[av, bv])?;
-    Ok((vs[0], vs[1]))
-}
-
-/// The dtype of ops that always produce floats: integers and bools give the default float.
-fn float_result(d: DType) -> DType {
-    if d.is_float() || d.is_complex() {
-        d
-    } else {
-        DType::F32
-    }
-}
 
 fn no_complex(d: DType, op: &str) -> Result<()> {
     check!(!d.is_complex(), NotImplemented, "{}: complex tensors are not supported on tpu yet", op);
