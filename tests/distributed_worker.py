@@ -77,6 +77,18 @@ def check_all_reduce():
             close(base, want, f"all_reduce {oname} {dname}")
 
 
+def check_premul_sum():
+    # FSDP2 reduces with PREMUL_SUM when a gradient divide factor is set.
+    for dtype in (torch.float32, torch.bfloat16):
+        x = data(RANK, (6,), dtype).to(DEV)
+        dist.all_reduce(x, op=dist._make_nccl_premul_sum(0.25))
+        close(x, (reduce_all([data(r, (6,), dtype) for r in range(WORLD)], "sum").double() * 0.25).to(dtype), "premul_sum all_reduce")
+        out = torch.empty(3, dtype=dtype, device=DEV)
+        full = [data(r, (WORLD * 3,), dtype, salt=2) for r in range(WORLD)]
+        dist.reduce_scatter_tensor(out, full[RANK].to(DEV), op=dist._make_nccl_premul_sum(2.0))
+        close(out, (reduce_all(full, "sum").double() * 2.0).to(dtype).chunk(WORLD)[RANK], "premul_sum reduce_scatter")
+
+
 def check_async_and_zero_d():
     x = torch.tensor(float(RANK + 1), device=DEV)
     work = dist.all_reduce(x, async_op=True)

@@ -35,6 +35,9 @@ torch._register_device_module("tpu", _device_module)
 
 from . import _modules  # noqa: E402  (Module.to keeps tied parameters tied)
 from . import _nested_fastpath  # noqa: E402,F401  (TransformerEncoder's nested fast path on tpu)
+from . import _flex_attention  # noqa: E402
+
+_flex_attention.install()  # flex attention's device check lets tpu through
 from . import dynamo as _dynamo  # noqa: E402
 
 _dynamo.install_as_default_for_tpu()

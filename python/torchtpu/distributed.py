@@ -86,7 +86,9 @@ class HostStagedBackend(_C10dBackend):
         if op == dist.ReduceOp.AVG:
             return dist.ReduceOp.SUM, self._average
         if op == dist.ReduceOp.PREMUL_SUM:
-            raise ValueError(f"{NAME}: ReduceOp.PREMUL_SUM is not supported; use SUM and scale, or AVG")
+            # sum(factor * x) as factor * sum(x): gloo has no PREMUL_SUM (FSDP2 uses it).
+            factor = op.factor.item() if isinstance(op.factor, torch.Tensor) else float(op.factor)
+            return dist.ReduceOp.SUM, lambda hosts: [h.mul_(factor) for h in hosts]
         return op, None
 
     def _average(self, hosts):

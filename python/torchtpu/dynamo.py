@@ -600,10 +600,10 @@ def backend(gm, example_inputs, **kwargs):
     frame = _explain_recompile(gm, example_inputs)
 
     def fw(g, ex):
-        return compile_graph(g, ex, "forward", frame)
+        return _compiled_or_eager(g, ex, "forward", frame)
 
     def bw(g, ex):
-        return compile_graph(g, ex, "backward", frame)
+        return _compiled_or_eager(g, ex, "backward", frame)
 
     # The min-cut partitioner (inductor's) saves fewer activations for backward and recomputes
     # cheap elementwise ops there: whole-layer memory is what limits batch sizes on a device.
@@ -612,6 +612,44 @@ def backend(gm, example_inputs, **kwargs):
     return aot_autograd(fw_compiler=fw, bw_compiler=bw, decompositions=_decompositions(),
                         partition_fn=min_cut_rematerialization_partition,
                         keep_inference_input_mutations=True)(gm, example_inputs)
+
+
+def _unsupported(e):
+    """Whether an error says the graph has something the lowerings cannot compile."""
+    return isinstance(e, NotImplementedError) and str(e).startswith("torchtpu.compile:")
+
+
+def _compiled_or_eager(gm, example_inputs, kind, frame):
+    """The graph as one program; where it holds something that cannot be lowered (found when
+    it is compiled, or when its program is built at the first call, before anything ran),
+    the graph runs eagerly instead, op by op on tpu, with a warning naming what."""
+    from functorch.compile import make_boxed_func
+
+    def eager(e):
+        log.warning("%s; the %s graph runs eagerly, op by op", e, kind)
+        return make_boxed_func(gm)
+
+    try:
+        compiled = compile_graph(gm, example_inputs, kind, frame)
+    except NotImplementedError as e:
+        if not _unsupported(e):
+            raise
+        return eager(e)
+    state = {"fn": compiled, "first": True}
+
+    def call(args):
+        if state["first"]:
+            state["first"] = False
+            try:
+                return state["fn"](args)
+            except NotImplementedError as e:
+                if not _unsupported(e):
+                    raise
+                state["fn"] = eager(e)
+        return state["fn"](args)
+
+    call._boxed_call = True
+    return call
 
 
 def install_as_default_for_tpu():
