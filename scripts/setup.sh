@@ -14,6 +14,13 @@ fi
 # For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers,
 # the Trainer tests accelerate.
 .venv/bin/pip install -q expecttest hypothesis transformers accelerate
+# The distributed integrations: Ray Train, and TorchTitan with its dependencies (datasets 4.7
+# without its pins of huggingface_hub and fsspec, which transformers needs newer; wandb and
+# pillow are not imported by the runs the tests make).
+.venv/bin/pip install -q "ray[train]==2.60.0"
+.venv/bin/pip install -q --no-deps "torchtitan==0.3.0" "datasets==4.7.0"
+.venv/bin/pip install -q torchdata torch_checkpointing tyro einops "spmd_types==0.2.3" tensorboard "dill==0.4.0" \
+  "multiprocess<0.70.19" xxhash pyarrow pandas "httpx<1.0" "httpcore<2"
 # The second CPU plugin; its declared dependencies are not needed for the .so itself.
 .venv/bin/pip install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
 if ! command -v cargo >/dev/null; then
