@@ -32,10 +32,14 @@ def grad_check(fn, *inputs, dtype=torch.float32):
     yd.backward(g.to(TPU))
     t = tol(dtype)
     torch.testing.assert_close(yd.detach().cpu(), yc.detach(), **t)
+    # A weight gradient sums about a thousand products (batch x spatial positions) in another
+    # order than PyTorch's: against float64, 20 draws of the 3-d grouped case gave errors up to
+    # 8e-5 on tpu (either compile tier) and 1.8e-5 on CPU, so float32 gradients get 1e-4.
+    g_tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else t
     for c, d in zip(cpu, dev):
         if c is not None:
             assert d.grad is not None, "missing gradient"
-            torch.testing.assert_close(d.grad.cpu(), c.grad, **t)
+            torch.testing.assert_close(d.grad.cpu(), c.grad, **g_tol)
 
 
 CASES = [
