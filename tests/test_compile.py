@@ -313,3 +313,19 @@ def test_graph_without_tensor_inputs():
     got = f()
     assert got.device.type == "tpu"
     torch.testing.assert_close(got.cpu(), torch.arange(3).float())
+
+
+def test_graphs_the_lowerings_cannot_take_run_eagerly(caplog):
+    # Dropout in train mode and rand_like have no graph lowering yet: the compiled function
+    # still runs (its graphs eagerly, op by op, with a warning) and computes what eager does.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5)).to(TPU).train()
+    x = make((64, 8)).to(TPU)
+    y = torch.compile(model, backend="tpu")(x)
+    y.sum().backward()
+    assert "runs eagerly, op by op" in caplog.text
+    kept = (y != 0).float().mean().item()
+    assert 0.35 < kept < 0.65, kept  # 512 draws at p = 0.5
+    assert model[0].weight.grad is not None
+    r = torch.compile(lambda t: t + torch.rand_like(t), backend="tpu")(torch.zeros(1000, device=TPU)).cpu()
+    assert 0.0 <= r.min().item() and r.max().item() < 1.0 and 0.45 < r.mean().item() < 0.55

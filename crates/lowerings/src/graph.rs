@@ -106,7 +106,14 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             None => bail!(NotImplemented, "torchtpu.compile: no lowering for {} in a compiled graph", node.target),
         };
         let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, &values, a)).collect::<Result<_>>()?;
-        let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals })?;
+        // What a lowering cannot do in a graph is said as the compiler's refusal, so that the
+        // backend runs the graph eagerly instead (dynamo.py).
+        let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals }).map_err(|e| match e.kind {
+            crate::error::ErrorKind::NotImplemented if !e.message.starts_with("torchtpu.compile:") => {
+                crate::error::TorchError { kind: e.kind, message: format!("torchtpu.compile: {}: {}", node.target, e.message) }
+            }
+            _ => e,
+        })?;
         if node.target == "aten::copy_" {
             if let (Some(GArg::Ref(i)), Some(Out::Tensor(v))) = (node.args.first(), outs.first()) {
                 if *i < g.num_inputs {
