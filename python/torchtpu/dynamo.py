@@ -391,7 +391,7 @@ class _CompiledOnFirstCall(torch.nn.Module):
 
     def forward(self, *args):
         if self.fn is None:
-            self.fn = compile_graph(self.piece, list(args), self.kind, self.frame)
+            self.fn = _compiled_or_eager(self.piece, list(args), self.kind, self.frame)
         return self.fn(list(args))
 
 
@@ -416,7 +416,6 @@ def _split_at_collectives(gm, kind, frame):
         if int(name.rsplit("_", 1)[1]) not in eager:
             setattr(split, name, _CompiledOnFirstCall(piece, kind, frame))
     log.info("torchtpu.compile: %s graph split around %d run(s) of collectives", kind, len(eager))
-
     return split
 
 
