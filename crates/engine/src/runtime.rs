@@ -102,8 +102,8 @@ const QUICK_TIER: &[(&str, pjrt::OptionOverride)] = &[
     ("xla_cpu_use_fusion_emitters", pjrt::OptionOverride::Bool(false)),
 ];
 
-/// Programs whose tensors all have at most this many elements compile at the quick tier
-/// (`TORCHTPU_QUICK_COMPILE_ELEMENTS`, 0 for never). Above it, unoptimized loops cost more
+/// Loop-free programs whose tensors all have at most this many elements compile at the quick
+/// tier (`TORCHTPU_QUICK_COMPILE_ELEMENTS`, 0 for never). Above it, unoptimized loops cost more
 /// than the compile saves (softmax over 16k elements runs 3-4x slower).
 fn quick_tier_limit() -> i64 {
     static LIMIT: OnceLock<i64> = OnceLock::new();
@@ -142,7 +142,10 @@ impl Runtime {
     /// programs (one op, not a compiled graph) may take the quick tier.
     pub fn compile(&self, what: &str, text: &str, eager: bool) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
         let t0 = std::time::Instant::now();
-        let small = eager && largest_tensor(text) <= quick_tier_limit();
+        // Programs with loops keep full optimization: their bodies run many times, and
+        // recurrences amplify the last-bit differences of unoptimized code (which forms no
+        // fused multiply-adds, as PyTorch's CPU kernels and optimized XLA code do).
+        let small = eager && !text.contains("stablehlo.while") && largest_tensor(text) <= quick_tier_limit();
         let (exe, from, quick) = loop {
             let quick = if small { self.quick.lock().unwrap().options.clone() } else { None };
             match self.compile_or_load(text, quick.as_deref().unwrap_or(&self.compile_options)) {
