@@ -1,0 +1,51 @@
+"""Which programs compile at the quick tier, the compile log that says so, and the persistent
+cache keyed on the compiler flags (each case a fresh process, reading TORCHTPU_LOG_COMPILES)."""
+import os
+import re
+import subprocess
+import sys
+
+CODE = """
+import torch
+small = torch.arange(8.0, device="tpu") * 3
+big = torch.ones(128, 128, device="tpu") * 3
+loop = torch.special.hermite_polynomial_h(torch.tensor([0.5], device="tpu"), torch.tensor([4.0], device="tpu"))
+print(small.cpu().sum().item(), big.cpu().sum().item(), round(loop.cpu().item(), 4))
+"""
+
+
+def run(tmp_path, **env):
+    full = {**os.environ, "TORCHTPU_LOG_COMPILES": "1", "TORCHTPU_CACHE_DIR": str(tmp_path / "cache"), **env}
+    p = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, env=full, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["84.0", "49152.0", "1.0"]  # H_4(0.5) = 16x^4 - 48x^2 + 12 = 1
+    return [line for line in p.stderr.splitlines() if line.startswith("torchtpu: compile ")]
+
+
+def tier_of(lines, op, types):
+    pattern = re.compile(rf"torchtpu: compile {re.escape(op)}\({re.escape(types)}\) [0-9.]+ ms \((compiled|persistent cache)(, quick tier)?\)")
+    found = [m for m in map(pattern.match, lines) if m]
+    assert found, f"no compile of {op}({types}) in:\n" + "\n".join(lines)
+    return found[0].group(1), bool(found[0].group(2))
+
+
+def test_small_loop_free_programs_take_the_quick_tier(tmp_path):
+    lines = run(tmp_path)
+    assert tier_of(lines, "aten::mul", "8xf32, i64") == ("compiled", True)
+    # Above TORCHTPU_QUICK_COMPILE_ELEMENTS (4096): full optimization.
+    assert tier_of(lines, "aten::mul", "128x128xf32, i64") == ("compiled", False)
+    # A recurrence (a while loop): full optimization whatever the size.
+    assert tier_of(lines, "aten::special_hermite_polynomial_h", "1xf32, 1xf32") == ("compiled", False)
+
+
+def test_quick_tier_can_be_turned_off(tmp_path):
+    lines = run(tmp_path, TORCHTPU_QUICK_COMPILE_ELEMENTS="0")
+    assert tier_of(lines, "aten::mul", "8xf32, i64") == ("compiled", False)
+
+
+def test_persistent_cache_keys_on_compiler_flags(tmp_path):
+    run(tmp_path)
+    assert tier_of(run(tmp_path), "aten::mul", "8xf32, i64") == ("persistent cache", True)
+    # Other XLA_FLAGS: other executables, never the cached ones.
+    flagged = run(tmp_path, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert tier_of(flagged, "aten::mul", "8xf32, i64") == ("compiled", True)
