@@ -13,32 +13,25 @@ namespace torchtpu {
 namespace {
 // Host memory handed out as pinned (`pin_memory=True`): ordinary CPU memory, remembered so that
 // `is_pinned()` is true for it, as PyTorch's users (DDP's staging buffers, DataLoader) expect.
+std::mutex pinned_lock;
+std::unordered_set<const void*> pinned_blocks;  // guarded by pinned_lock
+
 struct PinnedAllocator final : c10::Allocator {
-  static std::mutex& lock() {
-    static std::mutex m;
-    return m;
-  }
-  static std::unordered_set<const void*>& live() {
-    static std::unordered_set<const void*> s;
-    return s;
-  }
   static void release(void* p) {
     {
-      std::lock_guard<std::mutex> g(lock());
-      live().erase(p);
+      std::lock_guard<std::mutex> g(pinned_lock);
+      pinned_blocks.erase(p);
     }
     c10::free_cpu(p);
   }
   static bool holds(const void* p) {
-    std::lock_guard<std::mutex> g(lock());
-    return live().count(p) > 0;
+    std::lock_guard<std::mutex> g(pinned_lock);
+    return pinned_blocks.count(p) > 0;
   }
   c10::DataPtr allocate(size_t n) override {
     void* p = n ? c10::alloc_cpu(n) : nullptr;
-    if (p) {
-      std::lock_guard<std::mutex> g(lock());
-      live().insert(p);
-    }
+    std::lock_guard<std::mutex> g(pinned_lock);
+    if (p) pinned_blocks.insert(p);
     return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }

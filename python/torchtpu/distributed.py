@@ -34,6 +34,11 @@ def _on_host(tensors):
     return [t.detach().cpu() if t.device.type != "cpu" else t for t in tensors]
 
 
+def _empty_on_host(tensors):
+    """Host tensors to receive into, shaped like `tensors`."""
+    return [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+
+
 def _write_back(dsts, hosts):
     with torch.no_grad():
         for d, h in zip(dsts, hosts):
@@ -149,7 +154,7 @@ class HostStagedBackend(_C10dBackend):
         self._agree("reduce_scatter_tensor", [input, output])
         op, after = self._reduce_op(opts)
         (host_in,) = _on_host([input])
-        host_out = torch.empty(output.shape, dtype=output.dtype)
+        (host_out,) = _empty_on_host([output])
         o = dist.ReduceScatterOptions()
         o.reduceOp, o.timeout = op, opts.timeout
         self._gloo.reduce_scatter_single(host_out, host_in.contiguous(), o).wait()
@@ -172,25 +177,35 @@ class HostStagedBackend(_C10dBackend):
         _write_back(tensors, hosts)
         return _done(list(tensors))
 
-    def allgather(self, output_lists, inputs, opts):
-        self._agree("all_gather", inputs)
-        hosts_in = _on_host(inputs)
-        hosts_out = [[torch.empty(t.shape, dtype=t.dtype) for t in outs] for outs in output_lists]
-        self._gloo.allgather(hosts_out, hosts_in, opts).wait()
+    def _into_lists(self, kind, gloo_call, output_lists, inputs, opts):
+        """all_gather and gather: the ranks' inputs land in lists of outputs."""
+        self._agree(kind, inputs)
+        hosts_out = [_empty_on_host(outs) for outs in output_lists]
+        gloo_call(hosts_out, _on_host(inputs), opts).wait()
         for outs, hosts in zip(output_lists, hosts_out):
             _write_back(outs, hosts)
         return _done([t for outs in output_lists for t in outs])
 
+    def _single(self, kind, gloo_call, output, input, *args, sizes=True):
+        """The one-tensor collectives (all_gather_into_tensor, all_to_all_single)."""
+        self._agree(kind, [input, output], sizes=sizes)
+        (host_in,) = _on_host([input])
+        (host_out,) = _empty_on_host([output])
+        gloo_call(host_out, host_in.contiguous(), *args).wait()
+        _write_back([output], [host_out])
+        return _done([output])
+
+    def allgather(self, output_lists, inputs, opts):
+        return self._into_lists("all_gather", self._gloo.allgather, output_lists, inputs, opts)
+
     def allgather_coalesced(self, output_lists, inputs, opts):
         return self.allgather(output_lists, inputs, opts)
 
+    def gather(self, output_lists, inputs, opts):
+        return self._into_lists("gather", self._gloo.gather, output_lists, inputs, opts)
+
     def all_gather_single(self, output, input, opts):
-        self._agree("all_gather_into_tensor", [input, output])
-        (host_in,) = _on_host([input])
-        host_out = torch.empty(output.shape, dtype=output.dtype)
-        self._gloo.all_gather_single(host_out, host_in.contiguous(), opts).wait()
-        _write_back([output], [host_out])
-        return _done([output])
+        return self._single("all_gather_into_tensor", self._gloo.all_gather_single, output, input, opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
         for out, inp in zip(outputs, inputs):
@@ -198,35 +213,20 @@ class HostStagedBackend(_C10dBackend):
         return _done(list(outputs))
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts):
-        self._agree("all_to_all_single", [input, output], sizes=False)
-        (host_in,) = _on_host([input])
-        host_out = torch.empty(output.shape, dtype=output.dtype)
-        self._gloo.all_to_all_single(host_out, host_in.contiguous(), output_splits, input_splits, opts).wait()
-        _write_back([output], [host_out])
-        return _done([output])
+        return self._single("all_to_all_single", self._gloo.all_to_all_single, output, input, output_splits, input_splits,
+                            opts, sizes=False)
 
     def alltoall(self, outputs, inputs, opts):
         self._agree("all_to_all", inputs, sizes=False)
-        hosts_in = [h.contiguous() for h in _on_host(inputs)]
-        hosts_out = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
-        self._gloo.alltoall(hosts_out, hosts_in, opts).wait()
+        hosts_out = _empty_on_host(outputs)
+        self._gloo.alltoall(hosts_out, [h.contiguous() for h in _on_host(inputs)], opts).wait()
         _write_back(outputs, hosts_out)
         return _done(list(outputs))
 
-    def gather(self, output_lists, inputs, opts):
-        self._agree("gather", inputs)
-        hosts_in = _on_host(inputs)
-        hosts_out = [[torch.empty(t.shape, dtype=t.dtype) for t in outs] for outs in output_lists]
-        self._gloo.gather(hosts_out, hosts_in, opts).wait()
-        for outs, hosts in zip(output_lists, hosts_out):
-            _write_back(outs, hosts)
-        return _done([t for outs in output_lists for t in outs])
-
     def scatter(self, outputs, input_lists, opts):
         self._agree("scatter", outputs)
-        hosts_out = [torch.empty(t.shape, dtype=t.dtype) for t in outputs]
-        hosts_in = [_on_host(ins) for ins in input_lists]
-        self._gloo.scatter(hosts_out, hosts_in, opts).wait()
+        hosts_out = _empty_on_host(outputs)
+        self._gloo.scatter(hosts_out, [_on_host(ins) for ins in input_lists], opts).wait()
         _write_back(outputs, hosts_out)
         return _done(list(outputs))
 
@@ -235,13 +235,13 @@ class HostStagedBackend(_C10dBackend):
         return _done(list(tensors))
 
     def recv(self, tensors, src, tag):
-        hosts = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+        hosts = _empty_on_host(tensors)
         self._gloo.recv(hosts, src, tag).wait()
         _write_back(tensors, hosts)
         return _done(list(tensors))
 
     def recv_anysource(self, tensors, tag):
-        hosts = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+        hosts = _empty_on_host(tensors)
         self._gloo.recv_anysource(hosts, tag).wait()
         _write_back(tensors, hosts)
         return _done(list(tensors))
