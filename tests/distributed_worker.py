@@ -130,6 +130,24 @@ def check_reduce_scatter():
             close(out, want, f"reduce_scatter {oname} {dname}")
 
 
+def check_reduce_gather_scatter():
+    # Collectives with a root: reduce (MAX), gather and scatter to and from the last rank.
+    root = WORLD - 1
+    x = data(RANK, (4,), torch.float32).to(DEV)
+    dist.reduce(x, dst=root, op=dist.ReduceOp.MAX)
+    if RANK == root:
+        close(x, reduce_all([data(r, (4,), torch.float32) for r in range(WORLD)], "max"), "reduce to the root")
+    outs = [torch.empty(3, dtype=torch.int64, device=DEV) for _ in range(WORLD)] if RANK == root else None
+    dist.gather(data(RANK, (3,), torch.int64).to(DEV), gather_list=outs, dst=root)
+    if RANK == root:
+        for r in range(WORLD):
+            close(outs[r], data(r, (3,), torch.int64), f"gather from {r}")
+    got = torch.empty(2, device=DEV)
+    chunks = [data(root, (WORLD, 2), torch.float32)[r].to(DEV) for r in range(WORLD)] if RANK == root else None
+    dist.scatter(got, scatter_list=chunks, src=root)
+    close(got, data(root, (WORLD, 2), torch.float32)[RANK], "scatter")
+
+
 def check_all_to_all():
     # Uneven splits: rank r sends r + 1 + j rows to rank j.
     send = [RANK + 1 + j for j in range(WORLD)]

@@ -103,39 +103,31 @@ class HostStagedBackend(_C10dBackend):
             else:
                 h.copy_(torch.div(h, self.size(), rounding_mode="trunc"))
 
-    def _reduced(self, kind, run, tensors, opts):
+    def _reduced(self, kind, gloo_call, options, tensors, opts):
+        """all_reduce, its coalesced form and reduce: gloo reduces the host copies with the op
+        it has (`options`: a new options object of the gloo call's type)."""
         self._agree(kind, tensors)
         op, after = self._reduce_op(opts)
+        o = options()
+        o.reduceOp, o.timeout = op, opts.timeout
+        if isinstance(o, dist.ReduceOptions):
+            o.rootRank, o.rootTensor = opts.rootRank, opts.rootTensor
         hosts = _on_host(tensors)
-        run(hosts, op)
+        gloo_call(hosts, o).wait()
         if after:
             after(hosts)
         _write_back(tensors, hosts)
         return _done(list(tensors))
 
     def allreduce(self, tensors, opts):
-        def run(hosts, op):
-            o = dist.AllreduceOptions()
-            o.reduceOp, o.timeout = op, opts.timeout
-            self._gloo.allreduce(hosts, o).wait()
-
-        return self._reduced("all_reduce", run, tensors, opts)
+        return self._reduced("all_reduce", self._gloo.allreduce, dist.AllreduceOptions, tensors, opts)
 
     def allreduce_coalesced(self, tensors, opts):
-        def run(hosts, op):
-            o = dist.AllreduceCoalescedOptions()
-            o.reduceOp, o.timeout = op, opts.timeout
-            self._gloo.allreduce_coalesced(hosts, o).wait()
-
-        return self._reduced("all_reduce_coalesced", run, tensors, opts)
+        return self._reduced("all_reduce_coalesced", self._gloo.allreduce_coalesced, dist.AllreduceCoalescedOptions,
+                             tensors, opts)
 
     def reduce(self, tensors, opts):
-        def run(hosts, op):
-            o = dist.ReduceOptions()
-            o.reduceOp, o.rootRank, o.rootTensor, o.timeout = op, opts.rootRank, opts.rootTensor, opts.timeout
-            self._gloo.reduce(hosts, o).wait()
-
-        return self._reduced("reduce", run, tensors, opts)
+        return self._reduced("reduce", self._gloo.reduce, dist.ReduceOptions, tensors, opts)
 
     def reduce_scatter(self, outputs, input_lists, opts):
         self._agree("reduce_scatter", [t for ins in input_lists for t in ins])
