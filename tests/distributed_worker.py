@@ -228,6 +228,13 @@ def batch(n=8):
     return torch.randn(n * WORLD, 8, generator=g), torch.randn(n * WORLD, 4, generator=g)
 
 
+def train_step(model, opt, x, y):
+    """One MSE training step of `model` on the batch (x, y)."""
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x.to(DEV)), y.to(DEV)).backward()
+    opt.step()
+
+
 def check_ddp():
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -239,9 +246,7 @@ def check_ddp():
     mine = slice(RANK * 8, (RANK + 1) * 8)
     for step in range(5):
         # One process on the full batch...
-        ref_opt.zero_grad()
-        nn.functional.mse_loss(ref(x.to(DEV)), y.to(DEV)).backward()
-        ref_opt.step()
+        train_step(ref, ref_opt, x, y)
         # ...and DDP on this rank's slice, with one no_sync accumulation step on the way.
         opt.zero_grad()
         if step == 2:
@@ -292,12 +297,8 @@ def check_fsdp2():
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     mine = slice(RANK * 8, (RANK + 1) * 8)
     for _ in range(10):
-        ref_opt.zero_grad()
-        nn.functional.mse_loss(ref(x.to(DEV)), y.to(DEV)).backward()
-        ref_opt.step()
-        opt.zero_grad()
-        nn.functional.mse_loss(model(x[mine].to(DEV)), y[mine].to(DEV)).backward()
-        opt.step()
+        train_step(ref, ref_opt, x, y)
+        train_step(model, opt, x[mine], y[mine])
     for p, q in zip(model.parameters(), ref.parameters()):
         close(p.full_tensor(), q.detach().cpu(), "FSDP2 parameters vs one process", tol=1e-4)
 
