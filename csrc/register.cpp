@@ -13,10 +13,13 @@
 namespace torchtpu {
 namespace {
 // A compiled graph (torch.compile) runs as one op; its kernel is the boxed fallback. A graph
-// that mutates inputs runs as run_graph_, which writes them in place.
+// that mutates inputs runs as run_graph_, which writes them in place; one that draws random
+// numbers as the .random overloads (the generator None means the device's default one).
 void def_torchtpu_ops(torch::Library& m) {
   m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]");
   m.def("run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]");
+  m.def("run_graph.random(int graph, Tensor[] inputs, Generator? generator) -> Tensor[]");
+  m.def("run_graph_.random(int graph, Tensor(a!)[] mutated, Tensor[] inputs, Generator? generator) -> Tensor[]");
 }
 
 // The PrivateUse1 aten kernels: metadata ops first, then the ops routed to the fallback

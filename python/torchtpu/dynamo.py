@@ -29,6 +29,10 @@ _DTYPE_CODES = {getattr(torch, name): code for code, name in _C.dtype_codes()}
 
 
 _WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
+# Activation checkpointing's random ops: the forward saves each one's generator state, the
+# backward recomputes it from that state (torch._functorch.partitioners.functionalize_rng_ops).
+_RUN_AND_SAVE_RNG = torch._prims.rng_prims.run_and_save_rng_state
+_RUN_WITH_RNG = torch._prims.rng_prims.run_with_rng_state
 
 
 class _Encoder:
@@ -42,6 +46,8 @@ class _Encoder:
         self.after = []
         # Symbolic sizes' values for this specialization (sympy symbol -> int).
         self.bindings = bindings or {}
+        # Whether a node draws from the device generator (the graph then runs as run_graph.random).
+        self.draws = False
 
     def number(self, v):
         """A node computing a size, as its value; anything else as it is."""
@@ -85,6 +91,9 @@ class _Encoder:
         if target is operator.getitem:
             src, i = node.args
             kind, payload = self.index[src]
+            if kind == "saved_rng":  # (the op's stream, the op's result)
+                self.index[node] = payload[i]
+                return
             if kind == "effects":
                 token, inner, returns = payload
                 # Item 0 is the effect token (handed back as the graph got it); the op's own
@@ -103,14 +112,30 @@ class _Encoder:
             self.after.append((op, args, dict(node.kwargs)))
             self.index[node] = ("effects", (token, None, 0))
             return
+        if target is _RUN_AND_SAVE_RNG:
+            op, *args = node.args
+            self.nodes.append(("torchtpu::rng_stream", [], []))
+            self.draws = True
+            stream = ("ref", self.num_inputs + len(self.nodes) - 1)
+            # The partitioner leaves this node without a traced value; its result's getitem has one.
+            result = next((u.meta.get("val") for u in node.users if u.target is operator.getitem and u.args[1] == 1), None)
+            self.index[node] = ("saved_rng", (stream, self.record(op, args, node.kwargs, result, stream)))
+            return
+        if target is _RUN_WITH_RNG:
+            state, op, *args = node.args
+            self.index[node] = self.record(op, args, node.kwargs, node.meta.get("val"), self.index[state])
+            return
         if not isinstance(target, torch._ops.OpOverload):
             raise NotImplementedError(f"torchtpu.compile: unsupported graph call {target}")
-        self.index[node] = self.record(target, node.args, node.kwargs)
+        self.index[node] = self.record(target, node.args, node.kwargs, node.meta.get("val"))
 
-    def record(self, op, args, kwargs):
-        """Adds a call of `op` to the program; returns its index entry."""
+    def record(self, op, args, kwargs, result=None, stream=None):
+        """Adds a call of `op` to the program; returns its index entry. A random op draws from
+        the call's next stream, or from `stream` (the index entry of a saved one)."""
         schema = op._schema
         names, values = [], []
+        # A factory's dtype=None means the default dtype when traced: the traced result says it.
+        factory = isinstance(result, torch.Tensor) and not any("Tensor" in str(a.type) for a in schema.arguments)
         for k, a in enumerate(schema.arguments):
             if k < len(args):
                 v = args[k]
@@ -121,9 +146,31 @@ class _Encoder:
             else:
                 v = None
             names.append(a.name)
-            values.append(self.value(v))
+            if "Generator" in str(a.type):
+                values.append(self.generator(op, v, stream))
+            elif a.name == "dtype" and v is None and factory:
+                values.append(self.value(result.dtype))
+            elif a.name == "dtype" and isinstance(v, int) and not isinstance(v, bool):
+                values.append(("dtype", v))  # a schema default (randint's dtype=long) is its code
+            else:
+                values.append(self.value(v))
+        if torch.Tag.nondeterministic_seeded in op.tags and not any("Generator" in str(a.type) for a in schema.arguments):
+            # A random op without a Generator argument (native_dropout) draws from the device's.
+            names.append("generator")
+            values.append(self.generator(op, None, stream))
         self.nodes.append((schema.name, names, values))
         return ("ref", self.num_inputs + len(self.nodes) - 1)
+
+
+    def generator(self, op, v, stream):
+        if v is not None:
+            raise NotImplementedError(f"torchtpu.compile: {op} with an explicit torch.Generator in a graph")
+        if stream is not None:
+            if stream[0] != "ref":
+                raise NotImplementedError(f"torchtpu.compile: {op} recomputed from a generator state {stream[0]}")
+            return ("generator", stream[1])
+        self.draws = True
+        return ("generator", None)
 
 
 def _mutates_input(node):
@@ -211,7 +258,7 @@ def _explain_recompile(gm, example_inputs):
         return None
     sig = _signature(gm, example_inputs)
     rec = _frames.get(cid.frame_id)
-    if rec is None:
+    if rec is None or cid.frame_compile_id == 0:  # a frame's first compile (frame ids restart at dynamo.reset())
         _frames[cid.frame_id] = {"compiles": 1, "signature": sig, "reason": None}
         return cid.frame_id
     rec["compiles"] += 1
@@ -339,19 +386,22 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
             sizes = ", ".join(f"{k}={v}" for k, v in bindings.items())
             log.info("torchtpu.compile: %s graph %d lowered for sizes %s (specialization #%d)", kind, graph_id, sizes,
                      stats["specializations"])
-        return graph_id, plan, host_copies, after, bool(computed), bindings
+        return graph_id, plan, host_copies, after, bool(computed), bindings, enc.draws
 
     static = None if symbolic else specialize({})
     by_sizes = {}
 
     def execute(args):
-        graph_id, plan, host_copies, after, has_outputs, bindings = static or _lookup(by_sizes, placeholders, args,
-                                                                                      specialize)
+        graph_id, plan, host_copies, after, has_outputs, bindings, draws = static or _lookup(
+            by_sizes, placeholders, args, specialize)
         env = host.run_before(args, bindings)
         tensors = [*(args[i] for i in tensor_inputs), *constants[1], *host.device_inputs(env)]
         if anchor:
             tensors.append(torch.empty(0, device="tpu"))
-        if mutated:
+        if draws:  # the generator None: the device's default one, advanced by one per call
+            results = (torch.ops.torchtpu.run_graph_.random(graph_id, [args[i] for i in mutated], tensors, None) if mutated
+                       else torch.ops.torchtpu.run_graph.random(graph_id, tensors, None))
+        elif mutated:
             results = torch.ops.torchtpu.run_graph_(graph_id, [args[i] for i in mutated], tensors)
         else:
             results = torch.ops.torchtpu.run_graph(graph_id, tensors) if has_outputs else []

@@ -9,6 +9,15 @@
 //! `torchtpu::run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]`:
 //! the engine writes the new values into the mutated inputs' storages and donates their old
 //! buffers to the program, so an update in place needs no second copy of the state.
+//!
+//! A graph that draws random numbers (dropout, rand, bernoulli, ...) runs as the overloads
+//! `run_graph.random` / `run_graph_.random`, whose trailing `Generator? generator` the shim
+//! fills from the device's default generator: one (seed, offset) per call, advanced like an
+//! eager random op's, so reruns under the same seed reproduce. Each drawing node gets its own
+//! stream of that call's key (see `Draws`). Activation checkpointing recomputes random ops in
+//! the backward graph with the forward's draws: the forward saves a node's stream as a tensor
+//! (the pseudo-node `torchtpu::rng_stream`, which yields the call's next stream) and the
+//! backward draws from that tensor (`GArg::Generator(Some(value))`).
 use crate::args::{Arg, Args, FloatArg, Tensor};
 use crate::cx::Cx;
 use crate::dtype::{DType, Rank};
@@ -33,6 +42,10 @@ pub enum GArg {
     Str(String),
     DType(DType),
     List(Vec<GArg>),
+    /// The device generator (a random op's `generator=None`, or the hidden one of an op tagged
+    /// nondeterministic_seeded): the next stream of the call's generator state (None), or the
+    /// stream held by value `i`, a u64[2] tensor (`torchtpu::rng_stream`'s, or a saved one).
+    Generator(Option<usize>),
 }
 
 #[derive(Clone, Debug)]
@@ -97,15 +110,20 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(g.mutated.is_empty(), Runtime, "torchtpu.compile: a graph that mutates its inputs runs as run_graph_");
     }
     let mut values: Vec<Out> = inputs.iter().map(|t| Out::Tensor(t.v)).collect();
+    let mut draws = Draws { state: args.get("generator").and_then(|a| if let Arg::Generator(v) = a { Some(*v) } else { None }), next: 0 };
     // The newest value written into each input by a copy_ node.
     let mut written: Vec<Option<stablehlo::Value>> = vec![None; g.num_inputs];
     for node in &g.nodes {
+        if node.target == "torchtpu::rng_stream" {
+            values.push(Out::Tensor(draws.stream(cx)?));
+            continue;
+        }
         let base = crate::base_name(&node.target);
         let lowering = match crate::registry().get(base) {
             Some(l) => *l,
             None => bail!(NotImplemented, "torchtpu.compile: no lowering for {} in a compiled graph", node.target),
         };
-        let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, &values, a)).collect::<Result<_>>()?;
+        let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, &values, a, &mut draws)).collect::<Result<_>>()?;
         // What a lowering cannot do in a graph is said as the compiler's refusal, so that the
         // backend runs the graph eagerly instead (dynamo.py).
         let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals }).map_err(|e| match e.kind {
@@ -138,7 +156,7 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let mut outs = Vec::with_capacity(g.outputs.len());
     for o in &g.outputs {
-        match arg(cx, &values, o)? {
+        match arg(cx, &values, o, &mut draws)? {
             Arg::Tensor(t) => outs.push(t.v),
             other => bail!(Runtime, "torchtpu.compile: graph output {:?} is not a tensor", other),
         }
@@ -162,7 +180,27 @@ fn tensor(cx: &Cx, v: stablehlo::Value) -> Arg {
     Arg::Tensor(Tensor { v, dtype, rank })
 }
 
-fn arg(cx: &Cx, values: &[Out], a: &GArg) -> Result<Arg> {
+/// The random streams of one graph call. The call's state is (key, counter), its key unique to
+/// the generator's (seed, offset); node k draws from counter offset + k * 2^40, so streams of
+/// one call never overlap (a node would need 2^40 draws to reach the next one's).
+struct Draws {
+    state: Option<stablehlo::Value>,
+    next: i64,
+}
+
+impl Draws {
+    fn stream(&mut self, cx: &mut Cx) -> Result<stablehlo::Value> {
+        let Some(state) = self.state else {
+            bail!(Runtime, "torchtpu.compile: this graph draws random numbers; run it with run_graph.random")
+        };
+        check!(self.next < 1 << 23, Runtime, "torchtpu.compile: more than 2^23 random ops in one graph");
+        let step = cx.constant_array_i64(&[0, self.next << 40], &[2], stablehlo::ElemType::U64);
+        self.next += 1;
+        Ok(cx.add(state, step))
+    }
+}
+
+fn arg(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<Arg> {
     Ok(match a {
         GArg::Ref(i) => match values.get(*i) {
             Some(Out::Tensor(v)) => tensor(cx, *v),
@@ -185,6 +223,11 @@ fn arg(cx: &Cx, values: &[Out], a: &GArg) -> Result<Arg> {
         GArg::BoolList(v) => Arg::BoolList(v.clone()),
         GArg::Str(s) => Arg::Str(s.clone()),
         GArg::DType(d) => Arg::DType(*d),
-        GArg::List(items) => Arg::List(items.iter().map(|x| arg(cx, values, x)).collect::<Result<_>>()?),
+        GArg::List(items) => Arg::List(items.iter().map(|x| arg(cx, values, x, draws)).collect::<Result<_>>()?),
+        GArg::Generator(None) => Arg::Generator(draws.stream(cx)?),
+        GArg::Generator(Some(i)) => match values.get(*i) {
+            Some(Out::Tensor(v)) if cx.dtype(*v) == DType::U64 && cx.dims(*v) == [2] => Arg::Generator(*v),
+            _ => bail!(Runtime, "torchtpu.compile: value {} is not a generator state (uint64 of shape [2])", i),
+        },
     })
 }

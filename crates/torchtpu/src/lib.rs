@@ -259,6 +259,7 @@ fn graph_arg(obj: &Bound<'_, PyAny>) -> PyResult<GArg> {
         "floats" => GArg::FloatList(payload.extract()?),
         "bools" => GArg::BoolList(payload.extract()?),
         "str" => GArg::Str(payload.extract()?),
+        "generator" => GArg::Generator(payload.extract()?),
         "dtype" => {
             let code: i8 = payload.extract()?;
             GArg::DType(lowerings::DType::from_code(code).ok_or_else(|| {

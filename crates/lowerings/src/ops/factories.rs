@@ -8,7 +8,7 @@ use crate::blocks::rng::uniform01;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, op, Op};
+use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
@@ -28,6 +28,15 @@ pub(crate) const OPS: &[Op] = &[
     op("normal", normal).specialized(),
     op("bernoulli", bernoulli).specialized(),
     op("random", random),
+    // Graph-only forms (eager mode runs them as empty + a fill above); normal_functional is
+    // normal_ made functional by AOTAutograd.
+    op("normal_functional", normal).specialized(),
+    op("rand", rand),
+    op("rand_like", rand),
+    op("randn", randn),
+    op("randn_like", randn),
+    op("randint", randint),
+    op("randint_like", randint),
     // The values are computed on the host from start, end and base.
     op("logspace", logspace).specialized(),
     op("full", full),
@@ -258,10 +267,15 @@ fn linspace(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = target(args)?;
-    check!(x.dtype.is_float(), NotImplemented, "\"uniform_cpu\" not implemented for '{}'", x.dtype.torch_name());
     let dims = cx.dims(x.v);
     let from = args.opt_scalar("from")?.unwrap_or(Scalar::Int(0));
     let to = args.opt_scalar("to")?.unwrap_or(Scalar::Int(1));
+    uniform_values(cx, args, x.dtype, &dims, from, to)
+}
+
+/// Uniform floats in [from, to) of `dtype` and `dims` from the call's generator.
+fn uniform_values(cx: &mut Cx, args: &Args, dtype: DType, dims: &[i64], from: Scalar, to: Scalar) -> Result<Vec<Out>> {
+    check!(dtype.is_float(), NotImplemented, "\"uniform_cpu\" not implemented for '{}'", dtype.torch_name());
     check!(
         from.to_f64() <= to.to_f64(),
         Runtime,
@@ -269,15 +283,56 @@ fn uniform(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         from.to_f64(),
         to.to_f64()
     );
-    let double = x.dtype == DType::F64;
+    let double = dtype == DType::F64;
     let acc = if double { DType::F64 } else { DType::F32 };
-    let u = uniform01(cx, args, &dims, double)?;
-    let lo = cx.scalar_like(from, acc, &dims);
-    let hi = cx.scalar_like(to, acc, &dims);
+    let u = uniform01(cx, args, dims, double)?;
+    let lo = cx.scalar_like(from, acc, dims);
+    let hi = cx.scalar_like(to, acc, dims);
     let range = cx.sub(hi, lo);
     let v = cx.mul(u, range);
     let v = cx.add(v, lo);
-    one(cx.cast(v, x.dtype))
+    one(cx.cast(v, dtype))
+}
+
+/// The shape and dtype of a graph factory: `size` and `dtype` (the graph gives the default
+/// dtype explicitly), or those of `self` for the _like forms.
+fn made_like(cx: &Cx, args: &Args, default: DType) -> Result<(DType, Vec<i64>)> {
+    match args.opt_tensor("self")? {
+        Some(x) => Ok((args.dtype("dtype")?.unwrap_or(x.dtype), cx.dims(x.v))),
+        None => Ok((args.dtype("dtype")?.unwrap_or(default), args.ints("size")?)),
+    }
+}
+
+/// rand(size) and rand_like(self): uniform in [0, 1).
+fn rand(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (dtype, dims) = made_like(cx, args, DType::F32)?;
+    uniform_values(cx, args, dtype, &dims, Scalar::Int(0), Scalar::Int(1))
+}
+
+/// randn(size) and randn_like(self): standard normal draws.
+fn randn(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (dtype, dims) = made_like(cx, args, DType::F32)?;
+    if dtype.is_complex() {
+        return normal_complex(cx, args, dtype, &dims, None, None);
+    }
+    check!(dtype.is_float(), NotImplemented, "\"normal_kernel_cpu\" not implemented for '{}'", dtype.torch_name());
+    let acc = if dtype == DType::F64 { DType::F64 } else { DType::F32 };
+    let z = standard_normal(cx, args, &dims, acc)?;
+    one(cx.cast(z, dtype))
+}
+
+/// randint(high, size), randint.low(low, high, size) and randint_like's forms: integers in
+/// [low, high).
+fn randint(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (dtype, dims) = made_like(cx, args, DType::I64)?;
+    check!(
+        !matches!(args.get("high"), Some(Arg::Tensor(_))),
+        NotImplemented,
+        "torchtpu.compile: randint_like with a tensor bound"
+    );
+    let low = args.opt_int("low")?.unwrap_or(0);
+    let high = args.int("high")?;
+    random_values(cx, args, dtype, &dims, low, high)
 }
 
 fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -324,9 +379,17 @@ fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     };
     let mu = operand(cx, mean_t, "mean", 0)?;
     let sd = operand(cx, std_t, "std", 1)?;
-    // Box-Muller on two independent uniform draws (one doubled-size draw split in halves).
+    let z = standard_normal(cx, args, &dims, acc)?;
+    let v = cx.mul(z, sd);
+    let v = cx.add(v, mu);
+    one(cx.cast(v, dtype))
+}
+
+/// Standard normal draws of `dims` in `acc` (f32 or f64): Box-Muller on two independent
+/// uniform draws (one doubled-size draw split in halves).
+fn standard_normal(cx: &mut Cx, args: &Args, dims: &[i64], acc: DType) -> Result<Value> {
     let n: i64 = dims.iter().product();
-    let u = uniform01(cx, args, &[2, n], double)?;
+    let u = uniform01(cx, args, &[2, n], acc == DType::F64)?;
     let u1 = cx.slice(u, &[0, 0], &[1, n], &[1, 1]);
     let u2 = cx.slice(u, &[1, 0], &[2, n], &[1, 1]);
     let one_ = cx.full(1.0, acc, &[1, n]);
@@ -339,10 +402,7 @@ fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let th = cx.mul(u2, tau);
     let c = cx.cos(th);
     let z = cx.mul(r, c);
-    let z = cx.reshape(z, &dims);
-    let v = cx.mul(z, sd);
-    let v = cx.add(v, mu);
-    one(cx.cast(v, dtype))
+    Ok(cx.reshape(z, dims))
 }
 
 /// Complex normal draws as PyTorch makes them: real and imaginary parts independent normals
@@ -469,19 +529,23 @@ fn random(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             _ => i64::MAX,
         },
     };
+    random_values(cx, args, x.dtype, &dims, from, to)
+}
+
+/// Integers uniform in [from, to) as `dtype`, from the call's generator.
+fn random_values(cx: &mut Cx, args: &Args, dtype: DType, dims: &[i64], from: i64, to: i64) -> Result<Vec<Out>> {
     check!(from < to, Runtime, "random_ expects 'from' to be less than 'to', but got from={} >= to={}", from, to);
-    let range = (to - from) as u64;
+    check!(!dtype.is_complex(), NotImplemented, "random_ is not implemented for complex tensors on tpu");
+    let range = to.wrapping_sub(from) as u64;
     let state = args.generator("generator")?;
-    let (_, bits) = cx.rng_bit_generator(RngAlgorithm::ThreeFry, state, &TensorType { elem: ElemType::U64, dims: dims.clone() });
-    let r = cx.b.splat_i64(range as i64, &TensorType { elem: ElemType::U64, dims: dims.clone() });
+    let ty = TensorType { elem: ElemType::U64, dims: dims.to_vec() };
+    let (_, bits) = cx.rng_bit_generator(RngAlgorithm::ThreeFry, state, &ty);
+    let r = cx.b.splat_i64(range as i64, &ty);
     let v = cx.rem(bits, r);
     let v = cx.convert(v, ElemType::I64);
-    let f = cx.b.splat_i64(from, &TensorType { elem: ElemType::I64, dims: dims.clone() });
+    let f = cx.b.splat_i64(from, &TensorType { elem: ElemType::I64, dims: dims.to_vec() });
     let v = cx.add(v, f);
-    if x.dtype.is_complex() {
-        bail!(NotImplemented, "random_ is not implemented for complex tensors on tpu");
-    }
-    one(cx.cast(v, x.dtype))
+    one(cx.cast(v, dtype))
 }
 
 // ---- logspace -------------------------------------------------------------------------------------
