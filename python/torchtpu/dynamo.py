@@ -641,12 +641,37 @@ def _lookup(by_sizes, placeholders, args, specialize):
     return found
 
 
+def _dense_flex_attention(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_buffers=(),
+                          mask_mod_buffers=()):
+    """flex_attention's higher-order op as PyTorch's own dense form (what eager mode runs on
+    tpu): scores, score_mod and mask_mod applied with vmap, softmax; AOTAutograd traces it into
+    aten ops, so forward and backward become part of the graph's one program."""
+    from torch._higher_order_ops.flex_attention import math_attention
+
+    return math_attention(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_buffers,
+                          mask_mod_buffers)
+
+
+def _inline_higher_order_ops(gm):
+    """Replaces higher-order ops that have a dense aten form by that form, before AOTAutograd."""
+    flex = getattr(torch.ops.higher_order, "flex_attention", None)
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and flex is not None and node.target is flex:
+            node.target = _dense_flex_attention
+            changed = True
+    if changed:
+        gm.recompile()
+    return gm
+
+
 def backend(gm, example_inputs, **kwargs):
     """The dynamo backend registered as "tpu"."""
     import torch._dynamo
     from torch._dynamo.backends.common import aot_autograd
 
     frame = _explain_recompile(gm, example_inputs)
+    gm = _inline_higher_order_ops(gm)
 
     def fw(g, ex):
         return _compiled_or_eager(g, ex, "forward", frame)
