@@ -315,16 +315,28 @@ def test_graph_without_tensor_inputs():
     torch.testing.assert_close(got.cpu(), torch.arange(3).float())
 
 
-def test_graphs_the_lowerings_cannot_take_run_eagerly(caplog):
-    # A custom op implemented in Python has no lowering: the compiled function still runs (its
-    # graphs eagerly, op by op, with a warning) and computes what eager does.
+def test_ops_without_a_lowering_run_eagerly_between_programs(caplog):
+    # A custom op implemented in Python has no lowering, nor has one that mutates its input
+    # (auto_functionalized): the graph is split around them, they run eagerly, the rest compiles.
     @torch.library.custom_op("torchtpu_test::twice_plus", mutates_args=())
     def twice_plus(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x * 2 + y
 
     twice_plus.register_fake(lambda x, y: torch.empty_like(x))
+
+    @torch.library.custom_op("torchtpu_test::scale_", mutates_args=("x",))
+    def scale_(x: torch.Tensor, k: float) -> None:
+        x.mul_(k)
+
+    def f(x, y):
+        z = twice_plus(x.sin(), y) + 1
+        scale_(z, 3.0)
+        return z.cos()
+
+    caplog.set_level("INFO", logger="torchtpu.compile")
     x, y = make((4, 8)), make((4, 8))
-    got = torch.compile(lambda x, y: twice_plus(x.sin(), y) + 1, backend="tpu")(x.to(TPU), y.to(TPU))
-    assert "torchtpu.compile: no lowering for torchtpu_test::twice_plus" in caplog.text
-    assert "runs eagerly, op by op" in caplog.text
-    torch.testing.assert_close(got.cpu(), x.sin() * 2 + y + 1)
+    got = torch.compile(f, backend="tpu")(x.to(TPU), y.to(TPU))
+    assert "split around 2 run(s) of ops that run eagerly" in caplog.text, caplog.text
+    assert "torchtpu_test.twice_plus" in caplog.text and "auto_functionalized" in caplog.text
+    assert "runs eagerly, op by op" not in caplog.text
+    torch.testing.assert_close(got.cpu(), ((x.sin() * 2 + y + 1) * 3).cos())

@@ -35,10 +35,16 @@ _RUN_AND_SAVE_RNG = torch._prims.rng_prims.run_and_save_rng_state
 _RUN_WITH_RNG = torch._prims.rng_prims.run_with_rng_state
 
 
+_COND = getattr(torch.ops.higher_order, "cond", None)
+_WHILE_LOOP = getattr(torch.ops.higher_order, "while_loop", None)
+
+
 class _Encoder:
     """Turns an FX graph of aten ops into (nodes, outputs) for `_C.register_graph`."""
 
-    def __init__(self, bindings=None):
+    def __init__(self, bindings=None, module=None):
+        # The graph's module: where get_attr nodes (the subgraphs of cond, while_loop) live.
+        self.module = module
         self.index = {}
         self.num_inputs = 0
         self.nodes = []
@@ -112,6 +118,18 @@ class _Encoder:
             self.after.append((op, args, dict(node.kwargs)))
             self.index[node] = ("effects", (token, None, 0))
             return
+        if target is _COND:
+            pred, on_true, on_false, operands = node.args
+            self.nodes.append(("higher_order::cond", [], [self.value(pred), self.subgraph(on_true),
+                                                          self.subgraph(on_false), self.value(list(operands))]))
+            self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
+            return
+        if target is _WHILE_LOOP:
+            cond, body, carried, additional = node.args
+            self.nodes.append(("higher_order::while_loop", [], [self.subgraph(cond), self.subgraph(body),
+                                                                self.value(list(carried)), self.value(list(additional))]))
+            self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
+            return
         if target is _RUN_AND_SAVE_RNG:
             op, *args = node.args
             self.nodes.append(("torchtpu::rng_stream", [], []))
@@ -161,6 +179,28 @@ class _Encoder:
         self.nodes.append((schema.name, names, values))
         return ("ref", self.num_inputs + len(self.nodes) - 1)
 
+
+    def subgraph(self, attr):
+        """A get_attr node naming a subgraph, as ("graph", (inputs, nodes, outputs)): its
+        placeholders are the operands the control-flow node passes it."""
+        gm = getattr(self.module, attr.target)
+        sub = _Encoder(self.bindings, gm)
+        nodes = list(gm.graph.nodes)
+        placeholders = [n for n in nodes if n.op == "placeholder"]
+        for i, p in enumerate(placeholders):
+            sub.index[p] = ("ref", i)
+        sub.num_inputs = len(placeholders)
+        for n in nodes:
+            if n.op == "call_function":
+                sub.call(n)
+            elif n.op == "get_attr" and not isinstance(getattr(gm, n.target), torch.fx.GraphModule):
+                raise NotImplementedError(f"torchtpu.compile: a tensor constant {n.target} inside a control-flow subgraph")
+        if sub.after:
+            raise NotImplementedError("torchtpu.compile: an effectful op inside a control-flow subgraph")
+        self.draws |= sub.draws
+        output = next(n.args[0] for n in nodes if n.op == "output")
+        outputs = [sub.value(o) for o in (output if isinstance(output, (list, tuple)) else [output])]
+        return ("graph", (sub.num_inputs, sub.nodes, outputs))
 
     def generator(self, op, v, stream):
         if v is not None:
@@ -294,8 +334,8 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
     from functorch.compile import make_boxed_func
 
     nodes = list(gm.graph.nodes)
-    if any(_is_collective(n) for n in nodes):
-        return make_boxed_func(_split_at_collectives(gm, kind, frame))  # called as split(*args)
+    if any(_runs_eagerly(n) for n in nodes):
+        return make_boxed_func(_split_around_eager_ops(gm, kind, frame))  # called as split(*args)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     constants = _graph_constants(gm, nodes)
     output = next(n.args[0] for n in nodes if n.op == "output")
@@ -339,7 +379,7 @@ def compile_graph(gm, example_inputs, kind="forward", frame=None):
 
     def specialize(bindings):
         """Registers the graph with every symbolic size replaced by its value in `bindings`."""
-        enc = _Encoder(bindings)
+        enc = _Encoder(bindings, gm)
         for i, n in enumerate([placeholders[i] for i in tensor_inputs] + constants[0]):
             enc.index[n] = ("ref", i)
         enc.num_inputs = len(tensor_inputs) + len(constants[0]) + anchor
@@ -432,6 +472,23 @@ def _is_collective(node):
     return node.op == "call_function" and getattr(node.target, "namespace", None) == "_c10d_functional"
 
 
+_AUTO_FUNCTIONALIZED = tuple(op for op in (getattr(torch.ops.higher_order, "auto_functionalized", None),
+                                           getattr(torch.ops.higher_order, "auto_functionalized_v2", None)) if op)
+
+
+def _runs_eagerly(node):
+    """Whether a node runs eagerly between the graph's programs: functional collectives (they
+    run through the c10d backend), custom ops that mutate their inputs (auto_functionalized),
+    and ops without a lowering (custom ops implemented in Python)."""
+    if node.op != "call_function":
+        return False
+    if _is_collective(node) or node.target in _AUTO_FUNCTIONALIZED:
+        return True
+    target = node.target
+    return (isinstance(target, torch._ops.OpOverload) and _number_meta(node) is None
+            and target.namespace not in ("torchtpu",) and not _C.is_lowered(target._schema.name))
+
+
 class _CompiledOnFirstCall(torch.nn.Module):
     """A piece of a split graph, compiled with the inputs of its first call."""
 
@@ -445,27 +502,32 @@ class _CompiledOnFirstCall(torch.nn.Module):
         return self.fn(list(args))
 
 
-def _split_at_collectives(gm, kind, frame):
-    """A graph with functional collectives runs as device programs split around them: each run
-    of collectives runs eagerly (through the c10d backend of the group), each piece between
-    them is compiled like a graph of its own."""
+def _split_around_eager_ops(gm, kind, frame):
+    """A graph with nodes that run eagerly (see `_runs_eagerly`) runs as device programs split
+    around them: each run of such nodes runs eagerly, each piece between them is compiled like
+    a graph of its own."""
     from torch.fx.passes.split_module import split_module
 
-    parts, current, in_collectives = {}, 0, False
+    parts, current, in_eager, eager_nodes = {}, 0, False, set()
     for node in gm.graph.nodes:
         if node.op in ("placeholder", "output"):
             continue
-        collective = _is_collective(node)
-        if collective != in_collectives:
+        # The items of an eager node's results are taken where it runs (pieces pass tensors).
+        eager = _runs_eagerly(node) or (node.target is operator.getitem and node.args[0] in eager_nodes)
+        if eager:
+            eager_nodes.add(node)
+        if eager != in_eager:
             current += 1
-            in_collectives = collective
+            in_eager = eager
         parts[node] = current
     split = split_module(gm, None, lambda node: parts[node])
-    eager = {parts[n] for n in parts if _is_collective(n)}
+    eager = {parts[n] for n in eager_nodes}
     for name, piece in list(split.named_children()):
         if int(name.rsplit("_", 1)[1]) not in eager:
             setattr(split, name, _CompiledOnFirstCall(piece, kind, frame))
-    log.info("torchtpu.compile: %s graph split around %d run(s) of collectives", kind, len(eager))
+    names = sorted({str(n.target) for n in parts if _runs_eagerly(n)})
+    log.info("torchtpu.compile: %s graph split around %d run(s) of ops that run eagerly: %s", kind, len(eager),
+             ", ".join(names))
     return split
 
 
@@ -567,12 +629,16 @@ def _graph_constants(gm, nodes):
     """The graph's tensor attributes: (their nodes, their values moved to the device once)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    constant_nodes = [n for n in nodes if n.op == "get_attr"]
-    values = []
-    for n in constant_nodes:
+    constant_nodes, values = [], []
+    for n in nodes:
+        if n.op != "get_attr":
+            continue
         value = gm
         for part in n.target.split("."):
             value = getattr(value, part)
+        if isinstance(value, torch.fx.GraphModule):
+            continue  # a subgraph of a control-flow node, lowered with it
+        constant_nodes.append(n)
         if not isinstance(value, torch.Tensor):
             raise NotImplementedError(f"torchtpu.compile: graph attribute {n.target} is not a tensor")
         with unset_fake_temporarily():  # compiling runs under fake tensors; these are real

@@ -31,6 +31,8 @@ pub struct Builder {
     bufs: Vec<String>,
     /// Ids of the open blocks, parallel to `bufs`.
     open_blocks: Vec<u32>,
+    /// Block arguments of the open regions (innermost last).
+    open_args: Vec<Vec<Value>>,
     next_block: u32,
     pub(crate) precision: Option<Precision>,
     module_name: String,
@@ -69,6 +71,7 @@ impl Builder {
             next_ssa: 0,
             bufs: vec![String::new()],
             open_blocks: vec![0],
+            open_args: Vec::new(),
             next_block: 1,
             precision: None,
             module_name: "m".to_string(),
@@ -229,12 +232,21 @@ impl Builder {
         arg_types: &[TensorType],
         body: impl FnOnce(&mut Builder, &[Value]) -> Vec<Value>,
     ) -> (String, Vec<TensorType>) {
-        let label_indent = self.indent();
+        let args = self.open_region(arg_types);
+        let rets = body(self, &args);
+        assert!(!rets.is_empty() || op == "stablehlo.while", "{op}: region returned no values");
+        self.close_region(&rets)
+    }
+
+    /// Opens a one-block region with arguments of `arg_types` and returns them: ops made from
+    /// here on go into the region until [`Builder::close_region`]. For callers whose region
+    /// body needs more than the builder (a lowering context wrapping it); values of enclosing
+    /// blocks stay usable inside (implicit capture).
+    pub fn open_region(&mut self, arg_types: &[TensorType]) -> Vec<Value> {
         let block = self.next_block;
         self.next_block += 1;
         self.open_blocks.push(block);
         self.bufs.push(String::new());
-
         let args: Vec<Value> = arg_types
             .iter()
             .map(|t| {
@@ -243,15 +255,22 @@ impl Builder {
                 self.new_value(t.clone(), format!("%{id}"), block)
             })
             .collect();
-        let rets = body(self, &args);
-        assert!(!rets.is_empty() || op == "stablehlo.while", "{op}: region returned no values");
-        self.emit("stablehlo.return", &rets, &[], "", &[]);
-        let ret_types = rets.iter().map(|&v| self.ty(v).clone()).collect();
+        self.open_args.push(args.clone());
+        args
+    }
 
-        let text = self.bufs.pop().unwrap();
+    /// Ends the innermost open region with `stablehlo.return` of `rets`; returns the region
+    /// text (for [`Builder::case`], [`Builder::while_regions`]) and the returned types.
+    pub fn close_region(&mut self, rets: &[Value]) -> (String, Vec<TensorType>) {
+        assert!(self.open_blocks.len() > 1, "close_region() without an open region");
+        self.emit("stablehlo.return", rets, &[], "", &[]);
+        let ret_types = rets.iter().map(|&v| self.ty(v).clone()).collect();
         self.open_blocks.pop();
-        let arg_list: Vec<String> = args.iter().map(|&a| format!("{}: {}", self.info(a).name, self.info(a).ty)).collect();
-        let label = if args.is_empty() { "^bb0".to_string() } else { format!("^bb0({})", arg_list.join(", ")) };
+        let text = self.bufs.pop().unwrap();
+        let label_indent = self.indent();
+        let args: Vec<String> =
+            self.open_args.pop().unwrap().iter().map(|&a| format!("{}: {}", self.info(a).name, self.info(a).ty)).collect();
+        let label = if args.is_empty() { "^bb0".to_string() } else { format!("^bb0({})", args.join(", ")) };
         (format!("{{\n{label_indent}{label}:\n{text}{label_indent}}}"), ret_types)
     }
 

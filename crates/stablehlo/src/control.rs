@@ -45,6 +45,24 @@ impl Builder {
         self.emit(op, inits, &[cond_text, body_text], "", &types)
     }
 
+    /// `stablehlo.case`: runs the branch `index` (an i32 0-d value; out of range means the
+    /// last branch) and returns its results. `branches` are region texts from
+    /// [`Builder::close_region`] of regions without arguments, each returning `types`.
+    pub fn case(&mut self, index: Value, branches: &[String], types: &[TensorType]) -> Vec<Value> {
+        let op = "stablehlo.case";
+        assert_eq!(self.ty(index), &TensorType::scalar(ElemType::I32), "{op}: the index must be tensor<i32>");
+        assert!(!branches.is_empty(), "{op}: no branches");
+        self.emit(op, &[index], branches, "", types)
+    }
+
+    /// `stablehlo.while` from region texts made with [`Builder::open_region`] /
+    /// [`Builder::close_region`]: `cond` takes the loop values and returns tensor<i1>, `body`
+    /// takes and returns the loop values (the caller checks the types when it closes them).
+    pub fn while_regions(&mut self, inits: &[Value], cond: String, body: String) -> Vec<Value> {
+        let types: Vec<TensorType> = inits.iter().map(|&v| self.ty(v).clone()).collect();
+        self.emit("stablehlo.while", inits, &[cond, body], "", &types)
+    }
+
     /// Sum (or other `body(acc, x)`) across replicas. `replica_groups` must be
     /// rectangular; `channel_id` adds a channel handle (needed for cross-partition use).
     pub fn all_reduce(

@@ -260,6 +260,7 @@ fn graph_arg(obj: &Bound<'_, PyAny>) -> PyResult<GArg> {
         "bools" => GArg::BoolList(payload.extract()?),
         "str" => GArg::Str(payload.extract()?),
         "generator" => GArg::Generator(payload.extract()?),
+        "graph" => GArg::Graph(std::sync::Arc::new(subgraph(&payload)?)),
         "dtype" => {
             let code: i8 = payload.extract()?;
             GArg::DType(lowerings::DType::from_code(code).ok_or_else(|| {
@@ -274,15 +275,16 @@ fn graph_arg(obj: &Bound<'_, PyAny>) -> PyResult<GArg> {
     })
 }
 
-/// Registers an aten graph for `torchtpu::run_graph`; nodes are (target, arg names, args);
-/// `mutated`: the inputs its copy_ nodes write (run with `torchtpu::run_graph_`).
-#[pyfunction]
-fn register_graph(
-    num_inputs: usize,
-    nodes: Vec<(String, Vec<String>, Vec<Bound<'_, PyAny>>)>,
-    outputs: Vec<Bound<'_, PyAny>>,
-    mutated: Vec<usize>,
-) -> PyResult<i64> {
+type PyNode<'py> = (String, Vec<String>, Vec<Bound<'py, PyAny>>);
+
+/// A subgraph argument: (number of inputs, nodes, outputs) as `register_graph` takes them.
+fn subgraph(obj: &Bound<'_, PyAny>) -> PyResult<Graph> {
+    let (num_inputs, nodes, outputs): (usize, Vec<PyNode<'_>>, Vec<Bound<'_, PyAny>>) = obj.extract()?;
+    graph_from(num_inputs, nodes, outputs)
+}
+
+/// A graph from Python: nodes are (target, arg names, args), args and outputs tagged tuples.
+fn graph_from(num_inputs: usize, nodes: Vec<PyNode<'_>>, outputs: Vec<Bound<'_, PyAny>>) -> PyResult<Graph> {
     let nodes = nodes
         .into_iter()
         .map(|(target, arg_names, args)| {
@@ -290,7 +292,20 @@ fn register_graph(
         })
         .collect::<PyResult<_>>()?;
     let outputs = outputs.iter().map(graph_arg).collect::<PyResult<_>>()?;
-    Ok(lowerings::graph::register_graph(Graph { num_inputs, nodes, outputs, mutated }))
+    Ok(Graph { num_inputs, nodes, outputs, mutated: Vec::new() })
+}
+
+/// Registers an aten graph for `torchtpu::run_graph`; nodes are (target, arg names, args);
+/// `mutated`: the inputs its copy_ nodes write (run with `torchtpu::run_graph_`).
+#[pyfunction]
+fn register_graph(
+    num_inputs: usize,
+    nodes: Vec<PyNode<'_>>,
+    outputs: Vec<Bound<'_, PyAny>>,
+    mutated: Vec<usize>,
+) -> PyResult<i64> {
+    let g = graph_from(num_inputs, nodes, outputs)?;
+    Ok(lowerings::graph::register_graph(Graph { mutated, ..g }))
 }
 
 /// The torch this extension was built for, with a prefix that Python finds by scanning the

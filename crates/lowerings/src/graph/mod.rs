@@ -25,6 +25,8 @@ use crate::error::Result;
 use crate::{bail, check, Out, op, Op};
 use std::sync::{Arc, Mutex};
 
+mod control;
+
 /// A node argument: a reference to an earlier value, or a constant.
 #[derive(Clone, Debug)]
 pub enum GArg {
@@ -46,6 +48,9 @@ pub enum GArg {
     /// nondeterministic_seeded): the next stream of the call's generator state (None), or the
     /// stream held by value `i`, a u64[2] tensor (`torchtpu::rng_stream`'s, or a saved one).
     Generator(Option<usize>),
+    /// A subgraph (a branch of cond, a while_loop's condition or body): its inputs are the
+    /// operands the node passes it.
+    Graph(Arc<Graph>),
 }
 
 #[derive(Clone, Debug)]
@@ -109,58 +114,11 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     } else {
         check!(g.mutated.is_empty(), Runtime, "torchtpu.compile: a graph that mutates its inputs runs as run_graph_");
     }
-    let mut values: Vec<Out> = inputs.iter().map(|t| Out::Tensor(t.v)).collect();
+    let inputs: Vec<Out> = inputs.iter().map(|t| Out::Tensor(t.v)).collect();
     let mut draws = Draws { state: args.get("generator").and_then(|a| if let Arg::Generator(v) = a { Some(*v) } else { None }), next: 0 };
     // The newest value written into each input by a copy_ node.
     let mut written: Vec<Option<stablehlo::Value>> = vec![None; g.num_inputs];
-    for node in &g.nodes {
-        if node.target == "torchtpu::rng_stream" {
-            values.push(Out::Tensor(draws.stream(cx)?));
-            continue;
-        }
-        let base = crate::base_name(&node.target);
-        let lowering = match crate::registry().get(base) {
-            Some(l) => *l,
-            None => bail!(NotImplemented, "torchtpu.compile: no lowering for {} in a compiled graph", node.target),
-        };
-        let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, &values, a, &mut draws)).collect::<Result<_>>()?;
-        // What a lowering cannot do in a graph is said as the compiler's refusal, so that the
-        // backend runs the graph eagerly instead (dynamo.py).
-        let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals }).map_err(|e| match e.kind {
-            crate::error::ErrorKind::NotImplemented if !e.message.starts_with("torchtpu.compile:") => {
-                crate::error::TorchError { kind: e.kind, message: format!("torchtpu.compile: {}: {}", node.target, e.message) }
-            }
-            _ => e,
-        })?;
-        if node.target == "aten::copy_" {
-            if let (Some(GArg::Ref(i)), Some(Out::Tensor(v))) = (node.args.first(), outs.first()) {
-                if *i < g.num_inputs {
-                    written[*i] = Some(*v);
-                }
-            }
-        }
-        values.push(match outs.len() {
-            1 => outs.into_iter().next().unwrap(),
-            // Several results (e.g. native_layer_norm): one list value, read with Item.
-            _ => Out::List(
-                outs.into_iter()
-                    .map(|o| match o {
-                        Out::Tensor(v) => Ok(v),
-                        // Graphs never read an undefined result: stand in an empty tensor.
-                        Out::Undefined => Ok(cx.full(0.0, crate::DType::F32, &[0])),
-                        Out::List(_) => bail!(NotImplemented, "torchtpu.compile: nested results of {}", node.target),
-                    })
-                    .collect::<Result<_>>()?,
-            ),
-        });
-    }
-    let mut outs = Vec::with_capacity(g.outputs.len());
-    for o in &g.outputs {
-        match arg(cx, &values, o, &mut draws)? {
-            Arg::Tensor(t) => outs.push(t.v),
-            other => bail!(Runtime, "torchtpu.compile: graph output {:?} is not a tensor", other),
-        }
-    }
+    let outs = lower(cx, &g, inputs, &mut draws, &mut written)?;
     if !writes {
         return Ok(vec![Out::List(outs)]);
     }
@@ -174,6 +132,69 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     Ok(vec![Out::List(news), Out::List(outs)])
 }
 
+/// Lowers a graph's nodes on `inputs` and returns its outputs. `written` gets the newest value
+/// each input's copy_ nodes wrote. Subgraphs (the branches of cond, the body of while_loop)
+/// are lowered the same way inside their regions.
+pub(crate) fn lower(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &mut Draws, written: &mut [Option<stablehlo::Value>]) -> Result<Vec<stablehlo::Value>> {
+    let mut values = inputs;
+    for node in &g.nodes {
+        let value = match node.target.as_str() {
+            "torchtpu::rng_stream" => Out::Tensor(draws.stream(cx)?),
+            "higher_order::cond" => control::cond(cx, &values, node, draws)?,
+            "higher_order::while_loop" => control::while_loop(cx, &values, node, draws)?,
+            _ => lower_node(cx, &values, node, draws)?,
+        };
+        if node.target == "aten::copy_" {
+            if let (Some(GArg::Ref(i)), Out::Tensor(v)) = (node.args.first(), &value) {
+                if let Some(w) = written.get_mut(*i) {
+                    *w = Some(*v);
+                }
+            }
+        }
+        values.push(value);
+    }
+    let mut outs = Vec::with_capacity(g.outputs.len());
+    for o in &g.outputs {
+        match arg(cx, &values, o, draws)? {
+            Arg::Tensor(t) => outs.push(t.v),
+            other => bail!(Runtime, "torchtpu.compile: graph output {:?} is not a tensor", other),
+        }
+    }
+    Ok(outs)
+}
+
+/// One aten node: its lowering on the node's arguments; several results become one list value
+/// (read with `GArg::Item`).
+fn lower_node(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Draws) -> Result<Out> {
+    let base = crate::base_name(&node.target);
+    let lowering = match crate::registry().get(base) {
+        Some(l) => *l,
+        None => bail!(NotImplemented, "torchtpu.compile: no lowering for {} in a compiled graph", node.target),
+    };
+    let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, values, a, draws)).collect::<Result<_>>()?;
+    // What a lowering cannot do in a graph is said as the compiler's refusal, so that the
+    // backend runs the graph eagerly instead (dynamo.py).
+    let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals }).map_err(|e| match e.kind {
+        crate::error::ErrorKind::NotImplemented if !e.message.starts_with("torchtpu.compile:") => {
+            crate::error::TorchError { kind: e.kind, message: format!("torchtpu.compile: {}: {}", node.target, e.message) }
+        }
+        _ => e,
+    })?;
+    Ok(match outs.len() {
+        1 => outs.into_iter().next().unwrap(),
+        _ => Out::List(
+            outs.into_iter()
+                .map(|o| match o {
+                    Out::Tensor(v) => Ok(v),
+                    // Graphs never read an undefined result: stand in an empty tensor.
+                    Out::Undefined => Ok(cx.full(0.0, crate::DType::F32, &[0])),
+                    Out::List(_) => bail!(NotImplemented, "torchtpu.compile: nested results of {}", node.target),
+                })
+                .collect::<Result<_>>()?,
+        ),
+    })
+}
+
 fn tensor(cx: &Cx, v: stablehlo::Value) -> Arg {
     let dtype = cx.dtype(v);
     let rank = if cx.dims(v).is_empty() { Rank::ZeroDim } else { Rank::Dim };
@@ -183,13 +204,13 @@ fn tensor(cx: &Cx, v: stablehlo::Value) -> Arg {
 /// The random streams of one graph call. The call's state is (key, counter), its key unique to
 /// the generator's (seed, offset); node k draws from counter offset + k * 2^40, so streams of
 /// one call never overlap (a node would need 2^40 draws to reach the next one's).
-struct Draws {
+pub(crate) struct Draws {
     state: Option<stablehlo::Value>,
     next: i64,
 }
 
 impl Draws {
-    fn stream(&mut self, cx: &mut Cx) -> Result<stablehlo::Value> {
+    pub(crate) fn stream(&mut self, cx: &mut Cx) -> Result<stablehlo::Value> {
         let Some(state) = self.state else {
             bail!(Runtime, "torchtpu.compile: this graph draws random numbers; run it with run_graph.random")
         };
@@ -200,7 +221,7 @@ impl Draws {
     }
 }
 
-fn arg(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<Arg> {
+pub(crate) fn arg(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<Arg> {
     Ok(match a {
         GArg::Ref(i) => match values.get(*i) {
             Some(Out::Tensor(v)) => tensor(cx, *v),
@@ -224,6 +245,7 @@ fn arg(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<Arg> 
         GArg::Str(s) => Arg::Str(s.clone()),
         GArg::DType(d) => Arg::DType(*d),
         GArg::List(items) => Arg::List(items.iter().map(|x| arg(cx, values, x, draws)).collect::<Result<_>>()?),
+        GArg::Graph(_) => bail!(Runtime, "torchtpu.compile: a subgraph is only an argument of cond and while_loop"),
         GArg::Generator(None) => Arg::Generator(draws.stream(cx)?),
         GArg::Generator(Some(i)) => match values.get(*i) {
             Some(Out::Tensor(v)) if cx.dtype(*v) == DType::U64 && cx.dims(*v) == [2] => Arg::Generator(*v),
