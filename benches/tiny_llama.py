@@ -2,10 +2,14 @@
 measured in the same run (the FACTS.md configuration: vocab 1000, hidden 128, 2 layers,
 4 heads, 2 kv heads, batch 4 x 128, AdamW).
 
-    python benches/tiny_llama.py [--steps 13] [--inductor]
+    python benches/tiny_llama.py [--steps 13] [--inductor] [--cores 1]
+
+Every run gets the same cores: the process is pinned to `--cores` cores (XLA's thread pool
+included) and torch uses as many threads.
 """
 import argparse
 import math
+import os
 import time
 
 import torch
@@ -113,9 +117,11 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=13)
     p.add_argument("--inductor", action="store_true", help="also time torch.compile(inductor) on CPU (slow to compile)")
+    p.add_argument("--cores", type=int, default=1, help="cores the process may use (torch threads and XLA's)")
     p.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
-    torch.set_num_threads(1)
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:a.cores])
+    torch.set_num_threads(a.cores)
     if a.warm_child:
         # A second process: its compiles load from the persistent cache the first one filled.
         _, tok_s, first, _ = run("tpu", 2, "tpu")
@@ -127,7 +133,7 @@ def main():
     rows.append(("torchtpu eager", *run("tpu", a.steps)))
     rows.append(("torchtpu compiled", *run("tpu", a.steps, "tpu")))
     base = rows[0][2]
-    print(f"platform: {torch.tpu.get_device_name()}; steps: {a.steps}")
+    print(f"platform: {torch.tpu.get_device_name()}; steps: {a.steps}; cores: {a.cores}")
     print(f"{'run':<22}{'tok/s':>10}{'vs CPU':>9}{'first step s':>14}{'final loss':>12}")
     for name, losses, tok_s, first, _ in rows:
         print(f"{name:<22}{tok_s:>10.0f}{tok_s / base:>8.2f}x{first:>14.2f}{losses[-1]:>12.4f}")
