@@ -1,0 +1,153 @@
+"""Paged attention on tpu for vLLM: the KV cache is vLLM's paged cache, allocated on tpu; new
+keys and values are written into it in place (one index_copy_ per layer and step, which the
+engine runs as an update of the donated cache buffer), and attention reads each request's
+blocks through its block table, as tensor programs (no Python loop over requests or blocks).
+
+A step's queries are laid out per request, [requests, longest query], so one masked SDPA
+covers prefills, chunked prefills and decodes together: query slot i of request r sits at
+position context(r) + i and sees the keys at positions <= its own that the request has (and,
+for sliding-window layers, only the last `window` of them)."""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+)
+from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+from vllm.v1.kv_cache_layout import KVCacheLayout
+
+NAME = "TORCHTPU_PAGED"
+
+
+class TpuAttentionBackend(AttentionBackend):
+    supported_dtypes = [torch.float16, torch.bfloat16, torch.float32]
+    supported_kv_cache_dtypes = ["auto", "float16", "bfloat16", "float32"]
+    forward_includes_kv_cache_update = True
+
+    @staticmethod
+    def get_name():
+        return NAME
+
+    @staticmethod
+    def get_impl_cls():
+        return TpuAttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return TpuAttentionMetadataBuilder
+
+    @classmethod
+    def supported_kv_cache_layouts(cls):
+        # Per block, token-major: the cache reads as rows [block * block_size + offset] of
+        # [kv_heads, key | value], so a token's slot is a row.
+        return (KVCacheLayout.LBNHC,)
+
+    @classmethod
+    def supports_sliding_window(cls):
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type):
+        return attn_type == AttentionType.DECODER
+
+
+@dataclass
+class TpuAttentionMetadata:
+    num_actual_tokens: int
+    slot_mapping: torch.Tensor  # [tokens]: the cache row each new key and value goes to
+    query_slots: torch.Tensor  # [tokens]: where each query sits in [requests * longest query]
+    kv_rows: torch.Tensor  # [requests, kv length]: the cache rows each request reads
+    query_positions: torch.Tensor  # [requests, longest query]
+    mask: torch.Tensor  # [requests, longest query, kv length]: causal and within the request
+    num_reqs: int
+    max_query_len: int
+
+
+class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.block_size = kv_cache_spec.block_size
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        m = common_attn_metadata
+        reqs, tokens, longest = m.num_reqs, m.num_actual_tokens, m.max_query_len
+        device = m.query_start_loc.device
+        blocks = -(-m.max_seq_len // self.block_size)
+        kv_len = blocks * self.block_size
+        starts = m.query_start_loc[: reqs + 1].long()
+        seq_lens = m.seq_lens[:reqs].long()
+        query_lens = starts[1:] - starts[:-1]
+        token = torch.arange(tokens, device=device)
+        req = torch.searchsorted(starts[1:], token, right=True)
+        query_slots = req * longest + (token - starts[req])
+        query_positions = (seq_lens - query_lens)[:, None] + torch.arange(longest, device=device)
+        offsets = torch.arange(kv_len, device=device)
+        table = m.block_table_tensor[:reqs, :blocks].long()
+        kv_rows = table.repeat_interleave(self.block_size, dim=1) * self.block_size + offsets % self.block_size
+        mask = (offsets <= query_positions[:, :, None]) & (offsets < seq_lens[:, None, None])
+        return TpuAttentionMetadata(
+            num_actual_tokens=tokens,
+            slot_mapping=m.slot_mapping[:tokens].long(),
+            query_slots=query_slots,
+            kv_rows=kv_rows,
+            query_positions=query_positions,
+            mask=mask,
+            num_reqs=reqs,
+            max_query_len=longest,
+        )
+
+
+class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
+    def __init__(self, num_heads, head_size, scale, num_kv_heads=None, alibi_slopes=None, sliding_window=None,
+                 kv_cache_dtype="auto", logits_soft_cap=None, attn_type=AttentionType.DECODER,
+                 kv_sharing_target_layer_name=None, sinks=None, **kwargs):
+        if alibi_slopes is not None or sinks is not None or logits_soft_cap:
+            raise NotImplementedError("vLLM on tpu: ALiBi, attention sinks and logit soft-capping are not supported yet")
+        if kv_sharing_target_layer_name is not None:
+            raise NotImplementedError("vLLM on tpu: KV cache sharing between layers is not supported yet")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.sliding_window = sliding_window
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
+                output_block_scale=None):
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("vLLM on tpu: fused output quantization is not supported")
+        m = attn_metadata
+        if m is None:  # a profiling run without a cache
+            return output
+        tokens, heads, kv_heads, d = m.num_actual_tokens, self.num_heads, self.num_kv_heads, self.head_size
+        # [blocks, kv_heads, block_size, key | value] stored token-major: rows of [kv_heads, key | value].
+        cache = kv_cache.permute(0, 2, 1, 3)
+        rows = cache.reshape(-1, *cache.shape[2:])
+        if key is not None:
+            new = torch.cat([key[:tokens].view(tokens, kv_heads, -1), value[:tokens].view(tokens, kv_heads, -1)], dim=-1)
+            rows.index_copy_(0, m.slot_mapping, new.to(rows.dtype))
+        kv = rows[m.kv_rows]  # [requests, kv length, kv_heads, key | value]
+        k, v = kv[..., :d], kv[..., d:]
+        q = query[:tokens].view(tokens, heads, d)
+        padded = q.new_zeros(m.num_reqs * m.max_query_len, heads, d).index_copy_(0, m.query_slots, q)
+        padded = padded.view(m.num_reqs, m.max_query_len, heads, d)
+        mask = m.mask
+        if self.sliding_window is not None:
+            offsets = torch.arange(mask.shape[-1], device=mask.device)
+            mask = mask & (m.query_positions[:, :, None] - offsets < self.sliding_window)
+        out = F.scaled_dot_product_attention(padded.transpose(1, 2), k.transpose(1, 2).to(q.dtype),
+                                             v.transpose(1, 2).to(q.dtype), attn_mask=mask[:, None],
+                                             scale=self.scale, enable_gqa=heads != kv_heads)
+        out = out.transpose(1, 2).reshape(m.num_reqs * m.max_query_len, -1)[m.query_slots]
+        output[:tokens].copy_(out.view(output[:tokens].shape))
+        return output
+
+
+# vLLM's attention layers look their backend up by name in its registry.
+if NAME not in AttentionBackendEnum.__members__:
+    register_backend(NAME, f"{TpuAttentionBackend.__module__}.{TpuAttentionBackend.__qualname__}")

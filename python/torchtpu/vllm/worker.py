@@ -1,0 +1,82 @@
+"""vLLM's GPU worker and V1 model runner on device "tpu".
+
+The model runner is vLLM's own: its CUDA stream and event calls go to torch.tpu's (one queue
+per device, like one CUDA stream), and CUDA graphs are off (the platform turns them off). The
+worker picks the process's tpu device, joins vLLM's process groups over the tccl backend and
+takes the memory snapshot vLLM sizes the KV cache from (torch.accelerator's memory stats)."""
+import contextlib
+import gc
+from functools import partial
+
+import torch
+from vllm.logger import init_logger
+from vllm.platforms import current_platform
+from vllm.utils.mem_utils import MemorySnapshot
+from vllm.utils.torch_utils import set_random_seed
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+from vllm.v1.worker.utils import request_memory
+
+from .platform import on_host
+
+logger = init_logger(__name__)
+
+
+def _route_cuda_calls_to_tpu():
+    """torch.cuda's stream and event entry points, as the model runner calls them while it runs,
+    on tpu. For the life of the worker process (as vLLM's XPU runner does for xpu)."""
+
+    def event(*args, blocking=False, external=False, **kwargs):
+        return torch.tpu.Event(*args, blocking=blocking, **kwargs)
+
+    torch.cuda.Stream = torch.tpu.Stream
+    torch.cuda.Event = event
+    torch.cuda.current_stream = partial(torch.tpu.current_stream)
+    torch.cuda.default_stream = partial(torch.tpu.default_stream)
+    torch.cuda.stream = partial(torch.tpu.stream)
+    torch.cuda.set_stream = partial(torch.tpu.set_stream)
+    torch.cuda.synchronize = partial(torch.tpu.synchronize)
+
+
+class TpuModelRunner(GPUModelRunner):
+    def __init__(self, vllm_config, device):
+        _route_cuda_calls_to_tpu()
+        super().__init__(vllm_config, device)
+
+
+class TpuWorker(Worker):
+    def init_device(self):
+        self.device = torch.device(f"tpu:{self.local_rank}")
+        torch.tpu.set_device(self.device)
+        current_platform.check_if_supports_dtype(self.model_config.dtype)
+        init_worker_distributed_environment(self.vllm_config, self.rank, self.distributed_init_method,
+                                            self.local_rank, current_platform.dist_backend)
+        set_random_seed(self.model_config.seed)
+        gc.collect()
+        torch.accelerator.empty_cache()
+        self.init_snapshot = MemorySnapshot(device=self.device)
+        if on_host():
+            # Host memory: other processes' use is not the engine's business; the KV cache
+            # has a fixed budget (see the platform).
+            self.requested_memory = self.init_snapshot.free_memory
+        else:
+            self.requested_memory = request_memory(self.init_snapshot, self.cache_config)
+        self._init_workspace_and_model_runner()
+
+    def _maybe_get_memory_pool_context(self, tag):
+        if self.vllm_config.model_config.enable_sleep_mode:
+            raise NotImplementedError("vLLM on tpu: sleep mode is not supported")
+        return contextlib.nullcontext()
+
+    def compile_or_warm_up_model(self):
+        # vLLM's kernel warmups tune CUDA kernels (FlashInfer, DeepGEMM, Triton); tpu runs none.
+        from vllm.v1.worker import gpu_worker
+
+        saved, gpu_worker.kernel_warmup = gpu_worker.kernel_warmup, lambda worker: None
+        try:
+            return super().compile_or_warm_up_model()
+        finally:
+            gpu_worker.kernel_warmup = saved
+
+    def _make_model_runner(self):
+        return TpuModelRunner(self.vllm_config, self.device)
