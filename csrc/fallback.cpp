@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -317,15 +318,12 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (const auto& ret : schema.returns()) {
     const auto* alias = ret.alias_info();
     if (alias && alias->isWrite()) {
-      bool found = false;
-      for (size_t i = 0; i < nargs && !found; i++) {
-        const auto* a = schema.arguments()[i].alias_info();
-        if (a && a->beforeSets() == alias->beforeSets()) {
-          returns.push_back(inputs[i]);
-          found = true;
-        }
-      }
-      TORCH_CHECK(found, "torchtpu: no argument aliases a return of ", schema.name());
+      const auto& args = schema.arguments();
+      auto it = std::find_if(args.begin(), args.end(), [&](const c10::Argument& a) {
+        return a.alias_info() && a.alias_info()->beforeSets() == alias->beforeSets();
+      });
+      TORCH_CHECK(it != args.end(), "torchtpu: no argument aliases a return of ", schema.name());
+      returns.push_back(inputs[it - args.begin()]);
       continue;
     }
     TORCH_CHECK(next < r->nouts, "torchtpu: ", schema.name(), " returned too few values");
@@ -391,9 +389,7 @@ void list_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
   torch::jit::drop(*stack, nargs);
   size_t n = 0;
-  for (const auto& v : args) {
-    if (v.isTensorList()) n = std::max(n, v.toTensorList().size());
-  }
+  for (const auto& v : args) n = v.isTensorList() ? std::max(n, v.toTensorList().size()) : n;
   for (size_t k = 0; k < n; k++) {
     for (const auto& v : args) {
       if (v.isList() && v.toList().size() == n) {
@@ -432,11 +428,8 @@ void impl_routed_ops(torch::Library& m) {
       continue;
     }
     std::string full = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
-    if (family) {
-      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&list_op>());
-    } else {
-      m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
-    }
+    if (family) m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&list_op>());
+    else m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
 }
 

@@ -1,6 +1,7 @@
 // The PrivateUse1 hooks: what PyTorch asks a backend outside any op (availability, current
 // device, default generators, resizing storages).
 #include <ATen/Context.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
 
@@ -12,11 +13,12 @@
 namespace torchtpu {
 namespace {
 // Host memory handed out as pinned (`pin_memory=True`): ordinary CPU memory, remembered so that
-// `is_pinned()` is true for it, as PyTorch's users (DDP's staging buffers, DataLoader) expect.
+// `is_pinned()` is true for it, as PyTorch's users (DDP's staging buffers, DataLoader) expect; also
+// tpu's host allocator (empty_host_cache, stats): it caches nothing, and copies read it when queued.
 std::mutex pinned_lock;
 std::unordered_set<const void*> pinned_blocks;  // guarded by pinned_lock
 
-struct PinnedAllocator final : c10::Allocator {
+struct PinnedAllocator final : at::HostAllocator {
   static void release(void* p) {
     {
       std::lock_guard<std::mutex> g(pinned_lock);
@@ -36,6 +38,11 @@ struct PinnedAllocator final : c10::Allocator {
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  bool record_event(void*, void*, c10::Stream) override { return true; }
+  void empty_cache() override {}
+  at::HostStats get_stats() override { return {}; }
+  void reset_accumulated_stats() override {}
+  void reset_peak_stats() override {}
 };
 
 PinnedAllocator pinned_allocator;
@@ -66,6 +73,9 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
 };
 }  // namespace
 
-void register_hooks() { at::RegisterPrivateUse1HooksInterface(new TpuHooks()); }
+void register_hooks() {
+  at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+  at::setHostAllocator(kTpu, &pinned_allocator);
+}
 
 }  // namespace torchtpu

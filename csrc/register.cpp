@@ -75,13 +75,9 @@ extern "C" void tt_each_aten_schema(void (*visit)(void* ctx, const char* name, c
   auto& dispatcher = c10::Dispatcher::singleton();
   for (const auto& name : dispatcher.getAllOpNames()) {
     auto op = name.name.rfind("aten::", 0) == 0 ? dispatcher.findOp(name) : std::nullopt;
-    if (!op || !op->hasSchema()) {
-      continue;
-    }
+    if (!op || !op->hasSchema()) continue;
     std::vector<const char*> args;
-    for (const auto& a : op->schema().arguments()) {
-      args.push_back(a.name().c_str());
-    }
+    for (const auto& a : op->schema().arguments()) args.push_back(a.name().c_str());
     visit(ctx, name.name.c_str(), args.data(), args.size());
   }
 }

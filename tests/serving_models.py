@@ -14,8 +14,10 @@ def tokenizer():
     vocab = {w: i for i, w in enumerate(["<pad>", "<s>", "</s>", "<unk>", *WORDS])}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    # A chat template for the chat endpoints: the turns' texts one after the other.
+    template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>")
+                                   unk_token="<unk>", chat_template=template)
 
 
 def save_tiny(name, path, **overrides):

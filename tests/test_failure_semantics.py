@@ -42,6 +42,20 @@ def test_exit_with_work_in_flight_neither_hangs_nor_crashes():
     assert out.stdout.split() == ["queued"]
 
 
+def test_accelerator_host_allocator_calls_do_not_crash():
+    # torch.accelerator's host-memory calls (vLLM makes them) go to tpu's host allocator; there
+    # was none, and empty_host_cache() dereferenced a null allocator (a segfault).
+    out = _run("""
+        import torch
+        x = torch.ones(4, device="tpu")
+        torch.accelerator.empty_host_cache()
+        p = torch.ones(8).pin_memory()
+        print(p.is_pinned(), (p.to("tpu", non_blocking=True) + x.sum()).sum().item(), flush=True)
+    """, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "64.0"]
+
+
 def test_child_forked_after_start_gets_cudas_error():
     out = _run("""
         import os, torch

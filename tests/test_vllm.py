@@ -1,0 +1,158 @@
+"""vLLM serving on "tpu" through torchtpu's platform plugin: offline LLM.generate against Hugging
+Face generate on CPU (greedy tokens equal), seeded sampling, prefix caching, vLLM's own errors
+for bad requests, and `vllm serve` answering the openai client on 127.0.0.1.
+
+Runs in the serving environment (scripts/setup_serving.sh: vLLM pins its own transformers);
+skipped where vLLM is not installed."""
+import concurrent.futures
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+vllm = pytest.importorskip("vllm")
+
+from serving_models import WORDS, save_tiny  # noqa: E402
+
+PROMPTS = [
+    "the cat sat on the mat",
+    "a big red dog ran to the house and then",
+    # Longer than one KV block (16 tokens).
+    " ".join(WORDS * 2),
+]
+
+
+def hf_greedy(model, tok, prompt, n):
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=n, do_sample=False)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def make_llm(path, **kw):
+    return vllm.LLM(model=str(path), dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=4,
+                    kv_cache_memory_bytes=16 << 20, seed=0, **kw)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llama")
+    model, tok = save_tiny("Llama", path)
+    llm = make_llm(path)
+    yield path, model, tok, llm
+    del llm
+
+
+@pytest.mark.parametrize("family", ["Qwen2"])
+def test_greedy_tokens_equal_hugging_face_other_families(family, tmp_path):
+    model, tok = save_tiny(family, tmp_path)
+    llm = make_llm(tmp_path)
+    outs = llm.generate(PROMPTS, vllm.SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    for prompt, out in zip(PROMPTS, outs):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 10), prompt
+
+
+def test_greedy_tokens_equal_hugging_face(llama):
+    _, model, tok, llm = llama
+    outs = llm.generate(PROMPTS, vllm.SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
+    for prompt, out in zip(PROMPTS, outs):
+        assert out.outputs[0].token_ids, prompt
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 12), prompt
+
+
+def test_seeded_sampling_is_reproducible(llama):
+    llm = llama[3]
+    params = dict(temperature=1.0, top_k=8, top_p=0.9, max_tokens=16, ignore_eos=True)
+    first = llm.generate(PROMPTS[:2], vllm.SamplingParams(seed=7, **params))
+    again = llm.generate(PROMPTS[:2], vllm.SamplingParams(seed=7, **params))
+    other = llm.generate(PROMPTS[:2], vllm.SamplingParams(seed=8, **params))
+    tokens = [[list(o.outputs[0].token_ids) for o in run] for run in (first, again, other)]
+    assert tokens[0] == tokens[1]
+    assert tokens[0] != tokens[2]
+    # top_k = 8 over a 30-word vocabulary: every sampled token is in range.
+    assert all(0 <= t < 64 for seq in tokens[0] for t in seq)
+
+
+def test_prefix_cache_hits_give_the_same_tokens(llama):
+    llm = llama[3]
+    prompt = " ".join(WORDS * 2)  # two full blocks of shared prefix
+    greedy = vllm.SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    miss = llm.generate([prompt + " cat"], greedy)[0]
+    hit = llm.generate([prompt + " cat"], greedy)[0]
+    assert hit.num_cached_tokens > 0 and miss.outputs[0].token_ids == hit.outputs[0].token_ids
+    _, model, tok, _ = llama
+    assert list(hit.outputs[0].token_ids) == hf_greedy(model, tok, prompt + " cat", 8)
+
+
+def test_a_prompt_longer_than_max_model_len_gets_vllms_error(llama):
+    llm = llama[3]
+    with pytest.raises(ValueError, match="longer than the maximum model length|maximum model length"):
+        llm.generate([" ".join(["cat"] * 200)], vllm.SamplingParams(max_tokens=4))
+    # The engine keeps serving.
+    out = llm.generate([PROMPTS[0]], vllm.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 4
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_vllm_serve_answers_the_openai_client(llama):
+    import openai
+
+    path, model, tok, _ = llama
+    port = free_port()
+    log = open(path / "server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(path), "--host", "127.0.0.1", "--port",
+         str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "128", "--max-num-seqs", "8",
+         "--kv-cache-memory-bytes", str(16 << 20), "--served-model-name", "tiny"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"})
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120)
+        deadline = time.time() + 300
+        while True:
+            try:
+                client.models.list()
+                break
+            except openai.APIConnectionError:
+                assert server.poll() is None, (path / "server.log").read_text()[-4000:]
+                assert time.time() < deadline, "vllm serve did not come up"
+                time.sleep(1)
+        want = tok.decode(hf_greedy(model, tok, PROMPTS[0], 8))
+        done = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0,
+                                         extra_body={"ignore_eos": True})
+        assert done.choices[0].text.strip() == want.strip()
+        streamed = "".join(c.choices[0].text for c in client.completions.create(
+            model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0, stream=True, extra_body={"ignore_eos": True}))
+        assert streamed == done.choices[0].text
+        chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "the cat sat"}],
+                                              max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
+        assert chat.choices[0].message.content is not None and chat.usage.completion_tokens == 6
+
+        def one(i):
+            r = client.completions.create(model="tiny", prompt=PROMPTS[i % 3], max_tokens=6, temperature=0,
+                                          extra_body={"ignore_eos": True})
+            return i, r.choices[0].text
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = dict(pool.map(one, range(8)))
+        for i, text in results.items():
+            assert text.strip() == tok.decode(hf_greedy(model, tok, PROMPTS[i % 3], 6)).strip(), i
+        # A bad request gets vLLM's error and the server keeps serving.
+        with pytest.raises(openai.BadRequestError):
+            client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=-1.0)
+        assert client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=2).choices[0].text is not None
+    finally:
+        server.terminate()
+        try:
+            assert server.wait(timeout=60) is not None
+        finally:
+            server.kill()
+            log.close()
