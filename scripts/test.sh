@@ -15,3 +15,7 @@ cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
 # Tests run in parallel worker processes (pytest-xdist), one per core unless
 # TORCHTPU_TEST_WORKERS says otherwise (0: everything in this process).
 .venv/bin/python -m pytest -q -x --timeout=900 -n "${TORCHTPU_TEST_WORKERS:-auto}" "$@"
+# The serving tests run in the serving environment (scripts/setup_serving.sh), where vLLM is.
+if [ -x .venv-serve/bin/python ] && [ $# -eq 0 ]; then
+  .venv-serve/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider tests/test_vllm.py
+fi

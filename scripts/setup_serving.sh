@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up .venv-serve for serving on "tpu" with vLLM: vLLM 0.33 pins its own transformers
+# (< 5.21) and brings torch 2.14, so it gets an environment of its own next to .venv. torchtpu
+# is installed there from this checkout (its vllm.platform_plugins entry point is what vLLM
+# finds). Run scripts/setup.sh first (it provides the Rust build's toolchain and maturin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv-serve/bin/python ]; then
+  "$PY" -m venv .venv-serve
+fi
+.venv-serve/bin/pip install -q --upgrade pip
+.venv-serve/bin/pip install -q "vllm==0.33.0" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout
+.venv-serve/bin/pip install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
+VIRTUAL_ENV="$PWD/.venv-serve" PATH="$PWD/.venv-serve/bin:$PATH" .venv/bin/maturin develop --release -q
+.venv-serve/bin/python -c "import vllm, torch, torchtpu; print('vLLM', vllm.__version__, 'ready on', torch.tpu.get_device_name())"
