@@ -73,6 +73,18 @@ def test_greedy_tokens_equal_hugging_face(llama):
         assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 12), prompt
 
 
+def test_compiled_mode_greedy_tokens_equal_hugging_face(llama):
+    # vLLM's compiled mode: the model graph, split at the attention ops, compiled by torchtpu.
+    path, model, tok, _ = llama
+    llm = vllm.LLM(model=str(path), dtype="float32", max_model_len=128, max_num_seqs=4, kv_cache_memory_bytes=16 << 20,
+                   seed=0)
+    prompts = token_prompts(tok)
+    outs = llm.generate(prompts, vllm.SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+    for prompt, out in zip(prompts, outs):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 8)
+    del llm
+
+
 def test_seeded_sampling_is_reproducible(llama):
     llm = llama[3]
     params = dict(temperature=1.0, top_k=8, top_p=0.9, max_tokens=16, ignore_eos=True)

@@ -27,6 +27,16 @@ class TpuPlatform(Platform):
         return "torchtpu.vllm.attention.TpuAttentionBackend"
 
     @classmethod
+    def opaque_attention_op(cls):
+        # Attention runs as vLLM's custom op, which compiled graphs are split at: its metadata
+        # (the batch's block tables) changes every step and is not traced into a graph.
+        return True
+
+    @classmethod
+    def get_compile_backend(cls):
+        return "torchtpu.vllm.compiler.TpuCompiler"
+
+    @classmethod
     def get_device_name(cls, device_id=0):
         return torch.tpu.get_device_name(device_id)
 
@@ -94,6 +104,12 @@ class TpuPlatform(Platform):
             compilation.mode = CompilationMode.NONE
         if compilation.mode != CompilationMode.NONE:
             compilation.backend = "tpu"
+            # vLLM's fusion passes rewrite graphs into CUDA kernels (quantization, all-reduce,
+            # RoPE + KV cache writes); tpu's graphs keep the plain ops.
+            passes = compilation.pass_config
+            for name in type(passes).model_fields if hasattr(type(passes), "model_fields") else vars(passes):
+                if name.startswith("fuse_") or name.endswith("_fusion"):
+                    setattr(passes, name, False)
         if compilation.compile_sizes is None:
             compilation.compile_sizes = []
         cache = vllm_config.cache_config
