@@ -25,10 +25,10 @@ def save_tiny(name, path, **overrides):
     import transformers
 
     tok = tokenizer()
-    cfg = getattr(transformers, name + "Config")(
-        vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-        pad_token_id=0, tie_word_embeddings=False, **overrides)
+    fields = dict(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+                  pad_token_id=0, tie_word_embeddings=name.startswith("Gemma"))  # vLLM's Gemma ties them
+    cfg = getattr(transformers, name + "Config")(**{**fields, **overrides})
     torch.manual_seed(0)
     model = getattr(transformers, "AutoModelForCausalLM").from_config(cfg)
     model.save_pretrained(path, safe_serialization=True)

@@ -105,8 +105,9 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
     def __init__(self, num_heads, head_size, scale, num_kv_heads=None, alibi_slopes=None, sliding_window=None,
                  kv_cache_dtype="auto", logits_soft_cap=None, attn_type=AttentionType.DECODER,
                  kv_sharing_target_layer_name=None, sinks=None, **kwargs):
-        if alibi_slopes is not None or sinks is not None or logits_soft_cap:
-            raise NotImplementedError("vLLM on tpu: ALiBi, attention sinks and logit soft-capping are not supported yet")
+        if alibi_slopes is not None or sinks is not None:
+            raise NotImplementedError("vLLM on tpu: ALiBi and attention sinks are not supported yet")
+        self.logits_soft_cap = logits_soft_cap or None
         if kv_sharing_target_layer_name is not None:
             raise NotImplementedError("vLLM on tpu: KV cache sharing between layers is not supported yet")
         self.num_heads = num_heads
@@ -140,9 +141,16 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         if self.sliding_window is not None:
             offsets = torch.arange(mask.shape[-1], device=mask.device)
             mask = mask & (m.query_positions[:, :, None] - offsets < self.sliding_window)
-        out = F.scaled_dot_product_attention(padded.transpose(1, 2), k.transpose(1, 2).to(q.dtype),
-                                             v.transpose(1, 2).to(q.dtype), attn_mask=mask[:, None],
-                                             scale=self.scale, enable_gqa=heads != kv_heads)
+        q, k, v = padded.transpose(1, 2), k.transpose(1, 2).to(q.dtype), v.transpose(1, 2).to(q.dtype)
+        if self.logits_soft_cap is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], scale=self.scale,
+                                                 enable_gqa=heads != kv_heads)
+        else:
+            # Gemma 2's soft-capped scores: cap * tanh(scores / cap) before the mask and softmax.
+            k, v = (t.repeat_interleave(heads // kv_heads, dim=1) for t in (k, v))
+            scores = (q @ k.transpose(-1, -2)) * self.scale
+            scores = torch.tanh(scores / self.logits_soft_cap) * self.logits_soft_cap
+            out = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1) @ v
         out = out.transpose(1, 2).reshape(m.num_reqs * m.max_query_len, -1)[m.query_slots]
         output[:tokens].copy_(out.view(output[:tokens].shape))
         return output
