@@ -33,8 +33,6 @@ _WITH_EFFECTS = getattr(torch.ops.higher_order, "with_effects", None)
 # backward recomputes it from that state (torch._functorch.partitioners.functionalize_rng_ops).
 _RUN_AND_SAVE_RNG = torch._prims.rng_prims.run_and_save_rng_state
 _RUN_WITH_RNG = torch._prims.rng_prims.run_with_rng_state
-
-
 _COND = getattr(torch.ops.higher_order, "cond", None)
 _WHILE_LOOP = getattr(torch.ops.higher_order, "while_loop", None)
 
@@ -178,7 +176,6 @@ class _Encoder:
             values.append(self.generator(op, None, stream))
         self.nodes.append((schema.name, names, values))
         return ("ref", self.num_inputs + len(self.nodes) - 1)
-
 
     def subgraph(self, attr):
         """A get_attr node naming a subgraph, as ("graph", (inputs, nodes, outputs)): its
