@@ -1,0 +1,94 @@
+"""Serving throughput on "tpu" with vLLM against Hugging Face generate on torch CPU, in one run:
+a fixed request set (16 prompts of 8 to 40 tokens, 32 greedy tokens each) on a small random
+Llama saved locally. Prints output tokens/s and time to first token for each, and the ratio.
+
+    .venv-serve/bin/python benches/serving.py [--requests 16] [--tokens 32] [--eager]
+
+Runs in the serving environment (scripts/setup_serving.sh). vLLM's first pass over the request
+set compiles; the timed pass is the second one (a running server's steady state).
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+# The engine in this process, so that its compile counts are this process's.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+from serving_models import WORDS, save_tiny  # noqa: E402
+
+
+def prompts(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        length = int(torch.randint(8, 41, (1,), generator=g))
+        out.append([4 + int(i) for i in torch.randint(0, len(WORDS), (length,), generator=g)])
+    return out
+
+
+def hf_run(model, reqs, tokens):
+    """One request at a time (generate's own batching pads every prompt to the longest)."""
+    t0, first, done = time.perf_counter(), [], 0
+    with torch.no_grad():
+        for ids in reqs:
+            start = time.perf_counter()
+            model.generate(torch.tensor([ids]), max_new_tokens=1, do_sample=False)
+            first.append(time.perf_counter() - start)
+            out = model.generate(torch.tensor([ids]), max_new_tokens=tokens, do_sample=False, min_new_tokens=tokens)
+            done += out.shape[1] - len(ids)
+    return done / (time.perf_counter() - t0), sorted(first)[len(first) // 2]
+
+
+def vllm_run(llm, reqs, tokens):
+    import vllm
+
+    params = vllm.SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+    batch = [{"prompt_token_ids": ids} for ids in reqs]
+    t0 = time.perf_counter()
+    outs = llm.generate(batch, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    done = sum(len(o.outputs[0].token_ids) for o in outs)
+    ttft = sorted(o.metrics.first_token_latency for o in outs if o.metrics is not None
+                  and getattr(o.metrics, "first_token_latency", None) is not None)
+    return done / seconds, (ttft[len(ttft) // 2] if ttft else float("nan"))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--requests", type=int, default=16)
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--eager", action="store_true", help="vLLM with enforce_eager (no torch.compile)")
+    a = p.parse_args()
+    import vllm
+
+    path = tempfile.mkdtemp(prefix="serving-bench-")
+    model, _ = save_tiny("Llama", path, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                         num_key_value_heads=4, head_dim=32, num_hidden_layers=4)
+    reqs = prompts(a.requests)
+    torch.set_num_threads(os.cpu_count())
+    hf_tok_s, hf_ttft = hf_run(model, reqs, a.tokens)
+    t0 = time.perf_counter()
+    # Prefix caching off: the timed pass repeats the warm-up's prompts, which would otherwise
+    # skip their prefills.
+    llm = vllm.LLM(model=path, dtype="float32", enforce_eager=a.eager, max_model_len=128, max_num_seqs=16,
+                   kv_cache_memory_bytes=64 << 20, seed=0, enable_prefix_caching=False, disable_log_stats=False)
+    vllm_run(llm, reqs, a.tokens)  # compiles the shapes this request set meets
+    warm = time.perf_counter() - t0
+    before = torch.tpu.compile_stats()
+    tok_s, ttft = vllm_run(llm, reqs, a.tokens)
+    compiles = torch.tpu.compile_stats()["misses"] - before["misses"]
+    mode = "eager" if a.eager else "compiled"
+    print(f"{a.requests} requests x {a.tokens} tokens, Llama 4 x 256 (random), platform {torch.tpu.get_device_name()}")
+    print(f"{'run':<34}{'output tok/s':>14}{'median TTFT s':>15}")
+    print(f"{'Hugging Face generate, torch CPU':<34}{hf_tok_s:>14.1f}{hf_ttft:>15.3f}")
+    print(f"{'vLLM on tpu (' + mode + ')':<34}{tok_s:>14.1f}{ttft:>15.3f}")
+    print(f"vLLM on tpu / HF on CPU: {tok_s / hf_tok_s:.2f}x output tokens/s; engine start + first pass "
+          f"(compiles) {warm:.1f} s; programs compiled during the timed pass: {compiles}")
+
+
+if __name__ == "__main__":
+    main()
