@@ -9,6 +9,7 @@ position context(r) + i and sees the keys at positions <= its own that the reque
 for sliding-window layers, only the last `window` of them)."""
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from vllm.v1.attention.backend import (
@@ -55,48 +56,84 @@ class TpuAttentionBackend(AttentionBackend):
         return attn_type == AttentionType.DECODER
 
 
+def bucket(n, cap):
+    """The size a dimension of n is padded to: the next power of two (at least 8), at most cap."""
+    return min(max(8, 1 << (max(n, 1) - 1).bit_length()), max(cap, n))
+
+
+def _extend(t, n):
+    """The first n elements of a view into a longer buffer (vLLM's persistent input buffers)."""
+    if t.shape[0] >= n:
+        return t[:n]
+    return t.as_strided((n, *t.shape[1:]), t.stride(), t.storage_offset())
+
+
 @dataclass
 class TpuAttentionMetadata:
-    num_actual_tokens: int
+    tokens: int  # the step's token count padded to its bucket: the length of query, key and value
     slot_mapping: torch.Tensor  # [tokens]: the cache row each new key and value goes to
-    query_slots: torch.Tensor  # [tokens]: where each query sits in [requests * longest query]
+    query_slots: torch.Tensor  # [tokens]: where each query sits in [requests * longest query + 1]
     kv_rows: torch.Tensor  # [requests, kv length]: the cache rows each request reads
     query_positions: torch.Tensor  # [requests, longest query]
     mask: torch.Tensor  # [requests, longest query, kv length]: causal and within the request
-    num_reqs: int
-    max_query_len: int
+    num_reqs: int  # padded
+    max_query_len: int  # padded
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
+    """Every dimension of a step's attention (tokens, requests, longest query, blocks read) is
+    padded to a power of two, so that a running server meets a bounded set of shapes: its
+    programs are all compiled after the first few steps of each size class. Padding tokens
+    write into the null block (block 0, which vLLM never hands to a request) and read a zero
+    query row; padding requests have no keys."""
+
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
+        sched = vllm_config.scheduler_config
+        self.max_tokens = sched.max_num_batched_tokens
+        self.max_reqs = sched.max_num_seqs
+        self.max_blocks = -(-vllm_config.model_config.max_model_len // self.block_size)
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         m = common_attn_metadata
-        reqs, tokens, longest = m.num_reqs, m.num_actual_tokens, m.max_query_len
-        device = m.query_start_loc.device
-        blocks = -(-m.max_seq_len // self.block_size)
+        reqs, tokens = m.num_reqs, m.num_actual_tokens
+        padded_tokens = bucket(tokens, self.max_tokens)
+        padded_reqs = bucket(reqs, self.max_reqs)
+        longest = bucket(m.max_query_len, self.max_tokens)
+        blocks = bucket(-(-m.max_seq_len // self.block_size), self.max_blocks)
         kv_len = blocks * self.block_size
-        starts = m.query_start_loc[: reqs + 1].long()
-        seq_lens = m.seq_lens[:reqs].long()
+        # Per token and per request, on the host (vLLM keeps these there too): one upload.
+        starts = m.query_start_loc_cpu[: reqs + 1].numpy().astype(np.int64)
+        seq_lens = (m.seq_lens_cpu_upper_bound if m.seq_lens_cpu_upper_bound is not None else m.seq_lens.cpu())
+        seq_lens = seq_lens[:reqs].numpy().astype(np.int64)
         query_lens = starts[1:] - starts[:-1]
-        token = torch.arange(tokens, device=device)
-        req = torch.searchsorted(starts[1:], token, right=True)
-        query_slots = req * longest + (token - starts[req])
-        query_positions = (seq_lens - query_lens)[:, None] + torch.arange(longest, device=device)
-        offsets = torch.arange(kv_len, device=device)
-        table = m.block_table_tensor[:reqs, :blocks].long()
+        req = np.repeat(np.arange(reqs), query_lens)
+        slots = np.full(padded_tokens, padded_reqs * longest, dtype=np.int64)  # the zero row
+        slots[:tokens] = req * longest + (np.arange(tokens) - starts[req])
+        positions = np.zeros((padded_reqs, longest), dtype=np.int64)
+        positions[:reqs] = (seq_lens - query_lens)[:, None] + np.arange(longest)
+        lengths = np.zeros(padded_reqs, dtype=np.int64)
+        lengths[:reqs] = seq_lens
+        host = torch.from_numpy(np.concatenate([slots, positions.reshape(-1), lengths]))
+        packed = host.to(m.query_start_loc.device, non_blocking=True)
+        query_slots = packed[:padded_tokens]
+        positions = packed[padded_tokens : padded_tokens + padded_reqs * longest].view(padded_reqs, longest)
+        lengths = packed[padded_tokens + padded_reqs * longest :]
+        offsets = torch.arange(kv_len, device=packed.device)
+        table = _extend(m.block_table_tensor, padded_reqs)[:, :blocks].long()
         kv_rows = table.repeat_interleave(self.block_size, dim=1) * self.block_size + offsets % self.block_size
-        mask = (offsets <= query_positions[:, :, None]) & (offsets < seq_lens[:, None, None])
+        mask = (offsets <= positions[:, :, None]) & (offsets < lengths[:, None, None])
+        # Past the step's tokens the slot mapping holds -1 (vLLM's padding): the null block's row.
+        slot_mapping = _extend(m.slot_mapping, padded_tokens).long().clamp(min=0)
         return TpuAttentionMetadata(
-            num_actual_tokens=tokens,
-            slot_mapping=m.slot_mapping[:tokens].long(),
+            tokens=padded_tokens,
+            slot_mapping=slot_mapping,
             query_slots=query_slots,
             kv_rows=kv_rows,
-            query_positions=query_positions,
+            query_positions=positions,
             mask=mask,
-            num_reqs=reqs,
+            num_reqs=padded_reqs,
             max_query_len=longest,
         )
 
@@ -125,18 +162,22 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         m = attn_metadata
         if m is None:  # a profiling run without a cache
             return output
-        tokens, heads, kv_heads, d = m.num_actual_tokens, self.num_heads, self.num_kv_heads, self.head_size
+        heads, kv_heads, d = self.num_heads, self.num_kv_heads, self.head_size
+        tokens = query.shape[0]
+        if tokens != m.tokens:
+            raise RuntimeError(f"vLLM on tpu: {tokens} tokens in a step whose attention metadata is padded to {m.tokens}")
         # [blocks, kv_heads, block_size, key | value] stored token-major: rows of [kv_heads, key | value].
         cache = kv_cache.permute(0, 2, 1, 3)
         rows = cache.reshape(-1, *cache.shape[2:])
         if key is not None:
-            new = torch.cat([key[:tokens].view(tokens, kv_heads, -1), value[:tokens].view(tokens, kv_heads, -1)], dim=-1)
+            new = torch.cat([key.view(tokens, kv_heads, -1), value.view(tokens, kv_heads, -1)], dim=-1)
             rows.index_copy_(0, m.slot_mapping, new.to(rows.dtype))
         kv = rows[m.kv_rows]  # [requests, kv length, kv_heads, key | value]
         k, v = kv[..., :d], kv[..., d:]
-        q = query[:tokens].view(tokens, heads, d)
-        padded = q.new_zeros(m.num_reqs * m.max_query_len, heads, d).index_copy_(0, m.query_slots, q)
-        padded = padded.view(m.num_reqs, m.max_query_len, heads, d)
+        q = query.view(tokens, heads, d)
+        # One more row than the padded queries: padding tokens read it (zeros).
+        padded = q.new_zeros(m.num_reqs * m.max_query_len + 1, heads, d).index_copy_(0, m.query_slots, q)
+        padded = padded[:-1].view(m.num_reqs, m.max_query_len, heads, d)
         mask = m.mask
         if self.sliding_window is not None:
             offsets = torch.arange(mask.shape[-1], device=mask.device)
@@ -151,8 +192,9 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
             scores = (q @ k.transpose(-1, -2)) * self.scale
             scores = torch.tanh(scores / self.logits_soft_cap) * self.logits_soft_cap
             out = scores.masked_fill(~mask[:, None], float("-inf")).softmax(-1) @ v
-        out = out.transpose(1, 2).reshape(m.num_reqs * m.max_query_len, -1)[m.query_slots]
-        output[:tokens].copy_(out.view(output[:tokens].shape))
+        out = out.transpose(1, 2).reshape(m.num_reqs * m.max_query_len, -1)
+        out = torch.cat([out, out.new_zeros(1, out.shape[1])])[m.query_slots]
+        output.copy_(out.view(output.shape))
         return output
 
 

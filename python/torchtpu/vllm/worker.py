@@ -5,6 +5,7 @@ per device, like one CUDA stream), and CUDA graphs are off (the platform turns t
 worker picks the process's tpu device, joins vLLM's process groups over the tccl backend and
 takes the memory snapshot vLLM sizes the KV cache from (torch.accelerator's memory stats)."""
 import contextlib
+import dataclasses
 import gc
 from functools import partial
 
@@ -17,6 +18,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
 
+from .attention import bucket
 from .platform import on_host
 
 logger = init_logger(__name__)
@@ -42,6 +44,16 @@ class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device):
         _route_cuda_calls_to_tpu()
         super().__init__(vllm_config, device)
+
+    def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
+        # A step's tokens are padded to a power of two (as CUDA graph capture sizes pad them),
+        # so that the model's programs come in a bounded set of sizes; the attention metadata
+        # pads to the same size (attention.bucket).
+        result = list(super()._determine_batch_execution_and_padding(num_tokens, *args, **kwargs))
+        padded = bucket(num_tokens, self.max_num_tokens)
+        if result[1].num_tokens < padded:
+            result[1] = dataclasses.replace(result[1], num_tokens=padded)
+        return tuple(result)
 
 
 class TpuWorker(Worker):
