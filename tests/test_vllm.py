@@ -4,19 +4,16 @@ for bad requests, and `vllm serve` answering the openai client on 127.0.0.1.
 
 Runs in the serving environment (scripts/setup_serving.sh: vLLM pins its own transformers);
 skipped where vLLM is not installed."""
-import concurrent.futures
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
-import torch
 
 vllm = pytest.importorskip("vllm")
 
-from serving_models import WORDS, save_tiny  # noqa: E402
+from serving_models import WORDS, check_openai_server, free_port, save_tiny, stop_server  # noqa: E402
+from serving_models import hf_greedy as greedy_ids  # noqa: E402
 
 PROMPTS = [
     "the cat sat on the mat",
@@ -34,16 +31,8 @@ def token_prompts(tok, prompts=PROMPTS):
 
 
 def hf_greedy(model, tok, prompt, n):
-    """n greedy tokens from Hugging Face on CPU, past the end-of-sequence token as vLLM's
-    ignore_eos goes on (generate would stop there)."""
-    ids = torch.tensor([prompt["prompt_token_ids"] if isinstance(prompt, dict) else tok(prompt).input_ids])
-    new = []
-    with torch.no_grad():
-        for _ in range(n):
-            nxt = model(ids).logits[0, -1].argmax().item()
-            new.append(nxt)
-            ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
-    return new
+    ids = prompt["prompt_token_ids"] if isinstance(prompt, dict) else tok(prompt).input_ids
+    return greedy_ids(model, ids, n)
 
 
 def make_llm(path, **kw):
@@ -129,15 +118,7 @@ def test_a_prompt_longer_than_max_model_len_gets_vllms_error(llama):
     assert len(out[0].outputs[0].token_ids) == 4
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_vllm_serve_answers_the_openai_client(llama):
-    import openai
-
     path, model, tok, _ = llama
     port = free_port()
     log = open(path / "server.log", "w")
@@ -147,44 +128,6 @@ def test_vllm_serve_answers_the_openai_client(llama):
          "--kv-cache-memory-bytes", str(16 << 20), "--served-model-name", "tiny"],
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"})
     try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", timeout=120)
-        deadline = time.time() + 300
-        while True:
-            try:
-                client.models.list()
-                break
-            except openai.APIConnectionError:
-                assert server.poll() is None, (path / "server.log").read_text()[-4000:]
-                assert time.time() < deadline, "vllm serve did not come up"
-                time.sleep(1)
-        want = tok.decode(hf_greedy(model, tok, PROMPTS[0], 8))
-        done = client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0,
-                                         extra_body={"ignore_eos": True})
-        assert done.choices[0].text.strip() == want.strip()
-        streamed = "".join(c.choices[0].text for c in client.completions.create(
-            model="tiny", prompt=PROMPTS[0], max_tokens=8, temperature=0, stream=True, extra_body={"ignore_eos": True}))
-        assert streamed == done.choices[0].text
-        chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "the cat sat"}],
-                                              max_tokens=6, temperature=0, extra_body={"ignore_eos": True})
-        assert chat.choices[0].message.content is not None and chat.usage.completion_tokens == 6
-
-        def one(i):
-            r = client.completions.create(model="tiny", prompt=PROMPTS[i % 3], max_tokens=6, temperature=0,
-                                          extra_body={"ignore_eos": True})
-            return i, r.choices[0].text
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            results = dict(pool.map(one, range(8)))
-        for i, text in results.items():
-            assert text.strip() == tok.decode(hf_greedy(model, tok, PROMPTS[i % 3], 6)).strip(), i
-        # A bad request gets vLLM's error and the server keeps serving.
-        with pytest.raises(openai.BadRequestError):
-            client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=4, temperature=-1.0)
-        assert client.completions.create(model="tiny", prompt=PROMPTS[0], max_tokens=2).choices[0].text is not None
+        check_openai_server(server, path / "server.log", port, model, tok, PROMPTS)
     finally:
-        server.terminate()
-        try:
-            assert server.wait(timeout=60) is not None
-        finally:
-            server.kill()
-            log.close()
+        stop_server(server, log)

@@ -99,6 +99,13 @@ def synchronize(device=None):
     torch.empty((), device="tpu").item()
 
 
+def _memory_is_host():
+    """Whether tpu is the CPU plugin, whose device memory is the host's (servers then size
+    their KV caches by a fixed budget rather than a fraction of the device)."""
+    _lazy_init()
+    return _C.platform()[0].lower() == "cpu"
+
+
 def get_device_name(device=None):
     _lazy_init()
     platform, _, kind, _ = _C.platform()
@@ -237,10 +244,23 @@ def set_stream(stream):
     pass
 
 
-@contextlib.contextmanager
+class StreamContext:
+    """torch.cuda.StreamContext for tpu: selects a stream for the work inside (the device's one
+    stream, see Stream). Reusable: servers keep one and enter it for every batch."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        return self.stream
+
+    def __exit__(self, *exc):
+        return False
+
+
 def stream(stream):
     """Work inside runs on the device's one stream (see Stream)."""
-    yield
+    return StreamContext(stream)
 
 
 def get_amp_supported_dtype():

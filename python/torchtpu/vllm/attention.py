@@ -62,10 +62,18 @@ def bucket(n, cap):
 
 
 def _extend(t, n):
-    """The first n elements of a view into a longer buffer (vLLM's persistent input buffers)."""
+    """The first n elements of a view into a longer buffer (vLLM's persistent input buffers),
+    at most as many as the buffer holds past the view's start."""
     if t.shape[0] >= n:
         return t[:n]
-    return t.as_strided((n, *t.shape[1:]), t.stride(), t.storage_offset())
+    row = max(t.stride(0), 1)
+    held = (t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()) // row
+    return t.as_strided((min(n, held), *t.shape[1:]), t.stride(), t.storage_offset())
+
+
+def padded(t, cap):
+    """A 1-d view of a vLLM buffer grown to its length's bucket (the rest is padding)."""
+    return _extend(t, bucket(t.shape[0], cap))
 
 
 @dataclass

@@ -127,4 +127,4 @@ class TpuPlatform(Platform):
 
 def on_host():
     """Whether tpu runs on the CPU plugin (its memory is the host's)."""
-    return "CPU" in torch.tpu.get_device_name()
+    return torch.tpu._memory_is_host()
