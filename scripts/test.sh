@@ -19,3 +19,7 @@ cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
 if [ -x .venv-serve/bin/python ] && [ $# -eq 0 ]; then
   .venv-serve/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider tests/test_vllm.py
 fi
+# And the SGLang tests in SGLang's environment (scripts/setup_sglang.sh).
+if [ -x .venv-sglang/bin/python ] && [ $# -eq 0 ]; then
+  .venv-sglang/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider tests/test_sglang.py
+fi

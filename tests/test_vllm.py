@@ -51,10 +51,18 @@ def llama(tmp_path_factory):
 
 # Mistral and the Gemmas with an 8-token sliding window (the longest prompt crosses it); Gemma 2
 # also soft-caps its attention scores.
-@pytest.mark.parametrize("family", ["Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3Text"])
+# Mixtral and Qwen2-MoE: 4 experts, 2 per token (Qwen2-MoE adds its shared expert).
+CONFIGS = {
+    "Mistral": {"sliding_window": 8}, "Gemma2": {"sliding_window": 8}, "Gemma3Text": {"sliding_window": 8},
+    "Mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "Qwen2Moe": {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                 "shared_expert_intermediate_size": 64},
+}
+
+
+@pytest.mark.parametrize("family", ["Qwen2", "Qwen3", "Mistral", "Gemma2", "Gemma3Text", "Mixtral", "Qwen2Moe"])
 def test_greedy_tokens_equal_hugging_face_other_families(family, tmp_path):
-    window = {"sliding_window": 8} if family in ("Mistral", "Gemma2", "Gemma3Text") else {}
-    model, tok = save_tiny(family, tmp_path, **window)
+    model, tok = save_tiny(family, tmp_path, **CONFIGS.get(family, {}))
     llm = make_llm(tmp_path)
     prompts = token_prompts(tok)
     outs = llm.generate(prompts, vllm.SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
@@ -116,6 +124,11 @@ def test_a_prompt_longer_than_max_model_len_gets_vllms_error(llama):
     # The engine keeps serving.
     out = llm.generate([PROMPTS[0]], vllm.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
     assert len(out[0].outputs[0].token_ids) == 4
+
+
+def test_an_unknown_model_path_gets_the_loaders_error(tmp_path):
+    with pytest.raises(OSError, match="missing"):
+        make_llm(tmp_path / "missing")
 
 
 def test_vllm_serve_answers_the_openai_client(llama):

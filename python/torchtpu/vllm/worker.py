@@ -18,6 +18,7 @@ from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
 from vllm.v1.worker.utils import request_memory
 
+from . import moe  # noqa: F401  (registers the MoE layer's tpu form)
 from .attention import bucket
 from .platform import on_host
 

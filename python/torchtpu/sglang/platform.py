@@ -1,0 +1,60 @@
+"""The SGLang platform "tpu": device naming, memory, the distributed backend, and server
+defaults (torch-native attention, PyTorch sampling, no CUDA graphs, no Triton)."""
+import os
+
+import torch
+from sglang.srt.platforms.device_mixin import PlatformEnum
+from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
+
+
+class TpuSRTPlatform(SRTPlatform):
+    _enum = PlatformEnum.OOT
+    device_name = "tpu"
+    device_type = "tpu"
+    # No Triton target, no graph capture (a program per shape is the graph already), no NCCL.
+    capabilities = PlatformCapabilities()
+
+    def get_default_attention_backend(self):
+        return "torch_native"
+
+    def apply_server_args_defaults(self, server_args):
+        # The defaults SGLang gives its own CPU device, which needs no CUDA kernels either.
+        server_args.sampling_backend = "pytorch"
+        if torch.tpu._memory_is_host() and server_args.max_total_tokens is None:
+            # The CPU plugin's memory is the host's, shared with everything else: the KV pool
+            # gets a fixed size (SGLang's --max-total-tokens), not a fraction of the host.
+            server_args.max_total_tokens = int(os.environ.get("TORCHTPU_SGLANG_KV_TOKENS", 16384))
+
+    def get_device(self, device_id=0):
+        return torch.device("tpu", device_id)
+
+    def set_device(self, device):
+        torch.tpu.set_device(device)
+
+    def get_device_name(self, device_id=0):
+        return torch.tpu.get_device_name(device_id)
+
+    def get_device_total_memory(self, device_id=0):
+        return torch.tpu.get_device_properties(device_id).total_memory
+
+    def get_current_memory_usage(self, device=None):
+        return float(torch.tpu.memory_allocated(device))
+
+    def get_available_memory(self, device_id=0):
+        free, total = torch.tpu.mem_get_info(device_id)
+        return int(free), int(total)
+
+    def synchronize(self):
+        torch.tpu.synchronize()
+
+    def empty_cache(self):
+        torch.tpu.empty_cache()
+
+    def get_torch_distributed_backend_str(self):
+        return "tccl"  # torchtpu's c10d backend (torch.distributed on tpu)
+
+    def get_compile_backend(self, mode=None):
+        return "tpu"
+
+    def get_graph_runner_cls(self):
+        return None
