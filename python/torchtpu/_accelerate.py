@@ -1,7 +1,8 @@
 """accelerate, and so transformers.Trainer, on "tpu" with no change to the user's script.
 
-accelerate picks its device from a fixed list of backends it knows (CUDA, XPU, MPS, NPU, ...)
-and does not detect a PrivateUse1 device. The mechanism it offers for other devices is the
+accelerate before 1.16 picks its device from a fixed list of backends it knows (CUDA, XPU, MPS,
+NPU, ...) and does not detect a PrivateUse1 device (1.16 asks torch.accelerator, which names
+tpu, so there this only keeps `cpu=True` working). The mechanism it offers for other devices is the
 environment variable ACCELERATE_TORCH_DEVICE, read whenever its state is set up and winning
 over that list. So when torchtpu loads on a machine where torch has no accelerator of its own,
 "tpu" becomes the variable's default. A value the user set wins; TORCHTPU_ACCELERATE=0 turns

@@ -109,7 +109,8 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         padded_tokens = bucket(tokens, self.max_tokens)
         padded_reqs = bucket(reqs, self.max_reqs)
         longest = bucket(m.max_query_len, self.max_tokens)
-        blocks = bucket(-(-m.max_seq_len // self.block_size), self.max_blocks)
+        # (Warm-up steps may claim longer sequences than a request can have: at most the table.)
+        blocks = min(bucket(-(-m.max_seq_len // self.block_size), self.max_blocks), m.block_table_tensor.shape[1])
         kv_len = blocks * self.block_size
         # Per token and per request, on the host (vLLM keeps these there too): one upload.
         starts = m.query_start_loc_cpu[: reqs + 1].numpy().astype(np.int64)

@@ -4,7 +4,7 @@ import torch
 from vllm.logger import init_logger
 from vllm.platforms.interface import Platform, PlatformEnum
 
-logger = init_logger(__name__)
+logger = init_logger("vllm." + __name__)  # under "vllm": vLLM configures that logger tree
 
 
 class TpuPlatform(Platform):

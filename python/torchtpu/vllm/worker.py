@@ -7,9 +7,12 @@ takes the memory snapshot vLLM sizes the KV cache from (torch.accelerator's memo
 import contextlib
 import dataclasses
 import gc
+import os
+import time
 from functools import partial
 
 import torch
+from vllm.config import CUDAGraphMode
 from vllm.logger import init_logger
 from vllm.platforms import current_platform
 from vllm.utils.mem_utils import MemorySnapshot
@@ -22,7 +25,7 @@ from . import moe  # noqa: F401  (registers the MoE layer's tpu form)
 from .attention import bucket
 from .platform import on_host
 
-logger = init_logger(__name__)
+logger = init_logger("vllm." + __name__)  # under "vllm": vLLM configures that logger tree
 
 
 def _route_cuda_calls_to_tpu():
@@ -57,6 +60,30 @@ class TpuModelRunner(GPUModelRunner):
         return tuple(result)
 
 
+def warm_up_padded_sizes(worker):
+    """Runs the model (attention included) once at each padded token count, as a decode step
+    of that many requests where the batch allows it and as a prefill, so that a server meets
+    those programs compiled (or loaded from the persistent cache) rather than mid-request.
+    TORCHTPU_VLLM_WARMUP=0 skips it."""
+    if os.environ.get("TORCHTPU_VLLM_WARMUP", "1") == "0":
+        return
+    runner = worker.model_runner
+
+    def padded_sizes(cap):
+        return sorted({bucket(1 << i, cap) for i in range(cap.bit_length())} | {cap})
+
+    # Decode steps of each padded request count (one token each), then steps of each padded
+    # token count spread over as many requests as the batch allows.
+    runs = [(n, True) for n in padded_sizes(runner.max_num_reqs)]
+    runs += [(n, False) for n in padded_sizes(runner.max_num_tokens)]
+    for i, (n, decode) in enumerate(runs, 1):
+        start = time.perf_counter()
+        runner._dummy_run(n, cudagraph_runtime_mode=CUDAGraphMode.NONE, force_attention=True, uniform_decode=decode,
+                          skip_eplb=True)
+        logger.info("vLLM on tpu: warm-up %d/%d: %s of %d tokens, %.2f s", i, len(runs),
+                    "decode" if decode else "prefill", n, time.perf_counter() - start)
+
+
 class TpuWorker(Worker):
     def init_device(self):
         self.device = torch.device(f"tpu:{self.local_rank}")
@@ -82,10 +109,11 @@ class TpuWorker(Worker):
         return contextlib.nullcontext()
 
     def compile_or_warm_up_model(self):
-        # vLLM's kernel warmups tune CUDA kernels (FlashInfer, DeepGEMM, Triton); tpu runs none.
+        # vLLM's kernel warm-up tunes CUDA kernels (FlashInfer, DeepGEMM, Triton); on tpu its
+        # place is taken by a warm-up of the padded step sizes.
         from vllm.v1.worker import gpu_worker
 
-        saved, gpu_worker.kernel_warmup = gpu_worker.kernel_warmup, lambda worker: None
+        saved, gpu_worker.kernel_warmup = gpu_worker.kernel_warmup, warm_up_padded_sizes
         try:
             return super().compile_or_warm_up_model()
         finally:
