@@ -79,6 +79,17 @@ def test_greedy_tokens_equal_hugging_face(llama):
         assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 12), prompt
 
 
+def test_tensor_parallel_greedy_tokens_equal_hugging_face(tmp_path):
+    # Two worker processes, each holding half of every layer; their all-reduces go through
+    # torchtpu's c10d backend (tccl).
+    model, tok = save_tiny("Llama", tmp_path)
+    llm = make_llm(tmp_path, tensor_parallel_size=2)
+    prompts = token_prompts(tok)
+    outs = llm.generate(prompts, vllm.SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    for prompt, out in zip(prompts, outs):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 10), prompt
+
+
 def test_compiled_mode_greedy_tokens_equal_hugging_face(llama):
     # vLLM's compiled mode: the model graph, split at the attention ops, compiled by torchtpu.
     path, model, tok, _ = llama

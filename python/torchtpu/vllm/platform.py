@@ -1,5 +1,7 @@
 """The vLLM platform "tpu": device naming and memory, the worker, the attention backend and
 the distributed backend (the tccl c10d backend) vLLM should use on torchtpu's device."""
+import os
+
 import torch
 from vllm.logger import init_logger
 from vllm.platforms.interface import Platform, PlatformEnum
@@ -112,14 +114,16 @@ class TpuPlatform(Platform):
                     setattr(passes, name, False)
         if compilation.compile_sizes is None:
             compilation.compile_sizes = []
+        if on_host() and parallel.world_size > 1:
+            # The CPU plugin gives each process as many devices as it is told (torchrun's
+            # LOCAL_WORLD_SIZE); vLLM's workers, started after this, each take device local_rank.
+            os.environ.setdefault("TORCHTPU_CPU_DEVICES", str(parallel.world_size))
         cache = vllm_config.cache_config
         if cache.block_size is None:
             cache.block_size = 16
         if on_host() and cache.kv_cache_memory_bytes is None:
             # The CPU plugin's device memory is the host's, shared with everything else: a
             # fixed KV cache budget, like vLLM's CPU backend (VLLM_CPU_KVCACHE_SPACE, in GiB).
-            import os
-
             gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 4)
             cache.kv_cache_memory_bytes = int(gib * (1 << 30))
             logger.info("vLLM on tpu (CPU plugin): KV cache of %.1f GiB (VLLM_CPU_KVCACHE_SPACE)", gib)
