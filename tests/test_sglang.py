@@ -1,5 +1,5 @@
 """SGLang serving on "tpu" through torchtpu's platform (`--device tpu`): offline Engine.generate
-against Hugging Face on CPU (greedy tokens equal), seeded sampling, SGLang's own errors for bad
+against Hugging Face on CPU (greedy tokens equal), top-k 1 sampling, SGLang's own errors for bad
 requests, and `python -m sglang.launch_server` answering the openai client on 127.0.0.1.
 
 Runs in SGLang's environment (scripts/setup_sglang.sh: SGLang pins its own torch and

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 vllm = pytest.importorskip("vllm")
 
@@ -140,6 +141,36 @@ def test_a_prompt_longer_than_max_model_len_gets_vllms_error(llama):
 def test_an_unknown_model_path_gets_the_loaders_error(tmp_path):
     with pytest.raises(OSError, match="missing"):
         make_llm(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("activation,on_input", [("SILU", False), ("GELU_TANH", True), ("SILU_NO_MUL", False)])
+def test_moe_experts_equal_a_per_token_loop_on_cpu(activation, on_input):
+    import torch.nn.functional as F
+    from torchtpu.vllm.moe import MoEActivation, fused_experts
+
+    torch.manual_seed(0)
+    tokens, hidden, inter, experts, k = 9, 16, 12, 5, 2
+    act = MoEActivation[activation]
+    gated = not activation.endswith("NO_MUL")
+    x = torch.randn(tokens, hidden)
+    w13 = torch.randn(experts, 2 * inter if gated else inter, hidden) / 4
+    w2 = torch.randn(experts, hidden, inter) / 4
+    topk_ids = torch.stack([torch.randperm(experts)[:k] for _ in range(tokens)]).to(torch.int32)
+    topk_weights = torch.rand(tokens, k)
+    fn = {"SILU": F.silu, "GELU_TANH": lambda t: F.gelu(t, approximate="tanh"), "SILU_NO_MUL": F.silu}[activation]
+    want = torch.zeros(tokens, hidden)
+    for t in range(tokens):
+        for e, w in zip(topk_ids[t].tolist(), topk_weights[t]):
+            row = x[t] * w if on_input else x[t]
+            h = w13[e] @ row
+            h = fn(h[:inter]) * h[inter:] if gated else fn(h)
+            want[t] += w2[e] @ h if on_input else w * (w2[e] @ h)
+    tpu = [a.to("tpu") for a in (x, w13, w2, topk_weights, topk_ids)]
+    got = fused_experts(*tpu[:3], tpu[3], tpu[4], act, apply_router_weight_on_input=on_input)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+    # One token: most experts get no rows (empty groups in the grouped matmuls).
+    one = fused_experts(*tpu[:3], tpu[3][:1], tpu[4][:1], act, apply_router_weight_on_input=on_input)
+    torch.testing.assert_close(one.cpu(), want[:1], rtol=1e-5, atol=1e-5)
 
 
 def test_vllm_serve_answers_the_openai_client(llama):

@@ -174,7 +174,8 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         heads, kv_heads, d = self.num_heads, self.num_kv_heads, self.head_size
         tokens = query.shape[0]
         if tokens != m.tokens:
-            raise RuntimeError(f"vLLM on tpu: {tokens} tokens in a step whose attention metadata is padded to {m.tokens}")
+            raise RuntimeError(f"vLLM on tpu: {tokens} tokens in a step whose attention metadata is padded to "
+                               f"{m.tokens}")
         # [blocks, kv_heads, block_size, key | value] stored token-major: rows of [kv_heads, key | value].
         cache = kv_cache.permute(0, 2, 1, 3)
         rows = cache.reshape(-1, *cache.shape[2:])
