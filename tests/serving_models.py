@@ -102,15 +102,20 @@ def check_openai_server(server, log_path, port, model, tok, prompts):
     assert client.completions.create(model="tiny", prompt=prompts[0], max_tokens=2).choices[0].text is not None
 
 
-def stop_server(server, log):
-    """Stops a server process (SIGTERM, as a supervisor would) and checks that it exits."""
+def serve_and_check(cmd, log_path, port, model, tok, prompts, env=None):
+    """Starts a server (`cmd`, listening on 127.0.0.1:port, its output to log_path), runs
+    check_openai_server against it, then stops it with SIGTERM (as a supervisor would) and
+    checks that it exits."""
     import subprocess
 
-    server.terminate()
-    try:
-        server.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        raise AssertionError("the server did not exit within 60 s of SIGTERM")
-    finally:
-        log.close()
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            check_openai_server(server, log_path, port, model, tok, prompts)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                raise AssertionError("the server did not exit within 60 s of SIGTERM")

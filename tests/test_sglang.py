@@ -4,14 +4,13 @@ requests, and `python -m sglang.launch_server` answering the openai client on 12
 
 Runs in SGLang's environment (scripts/setup_sglang.sh: SGLang pins its own torch and
 transformers); skipped where SGLang is not installed."""
-import subprocess
 import sys
 
 import pytest
 
 sglang = pytest.importorskip("sglang")
 
-from serving_models import WORDS, check_openai_server, free_port, hf_greedy, save_tiny, stop_server  # noqa: E402
+from serving_models import WORDS, free_port, hf_greedy, save_tiny, serve_and_check  # noqa: E402
 
 PROMPTS = [
     "the cat sat on the mat",
@@ -89,13 +88,8 @@ def test_bad_requests_get_sglangs_errors(llama):
 def test_launch_server_answers_the_openai_client(llama):
     path, model, tok, _ = llama
     port = free_port()
-    log = open(path / "server.log", "w")
-    server = subprocess.Popen(
+    serve_and_check(
         [sys.executable, "-m", "sglang.launch_server", "--model-path", str(path), "--device", "tpu", "--host",
          "127.0.0.1", "--port", str(port), "--dtype", "float32", "--context-length", "128", "--max-total-tokens",
          "2048", "--max-running-requests", "8", "--served-model-name", "tiny"],
-        stdout=log, stderr=subprocess.STDOUT)
-    try:
-        check_openai_server(server, path / "server.log", port, model, tok, PROMPTS)
-    finally:
-        stop_server(server, log)
+        path / "server.log", port, model, tok, PROMPTS)

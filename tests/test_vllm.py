@@ -5,7 +5,6 @@ for bad requests, and `vllm serve` answering the openai client on 127.0.0.1.
 Runs in the serving environment (scripts/setup_serving.sh: vLLM pins its own transformers);
 skipped where vLLM is not installed."""
 import os
-import subprocess
 import sys
 
 import pytest
@@ -13,7 +12,7 @@ import torch
 
 vllm = pytest.importorskip("vllm")
 
-from serving_models import WORDS, check_openai_server, free_port, save_tiny, stop_server  # noqa: E402
+from serving_models import WORDS, free_port, save_tiny, serve_and_check  # noqa: E402
 from serving_models import hf_greedy as greedy_ids  # noqa: E402
 
 PROMPTS = [
@@ -176,13 +175,8 @@ def test_moe_experts_equal_a_per_token_loop_on_cpu(activation, on_input):
 def test_vllm_serve_answers_the_openai_client(llama):
     path, model, tok, _ = llama
     port = free_port()
-    log = open(path / "server.log", "w")
-    server = subprocess.Popen(
+    serve_and_check(
         [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(path), "--host", "127.0.0.1", "--port",
          str(port), "--dtype", "float32", "--enforce-eager", "--max-model-len", "128", "--max-num-seqs", "8",
          "--kv-cache-memory-bytes", str(16 << 20), "--served-model-name", "tiny"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"})
-    try:
-        check_openai_server(server, path / "server.log", port, model, tok, PROMPTS)
-    finally:
-        stop_server(server, log)
+        path / "server.log", port, model, tok, PROMPTS, env={**os.environ, "VLLM_LOGGING_LEVEL": "INFO"})

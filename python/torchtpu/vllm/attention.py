@@ -71,7 +71,7 @@ def _extend(t, n):
     return t.as_strided((min(n, held), *t.shape[1:]), t.stride(), t.storage_offset())
 
 
-def padded(t, cap):
+def padded_view(t, cap):
     """A 1-d view of a vLLM buffer grown to its length's bucket (the rest is padding)."""
     return _extend(t, bucket(t.shape[0], cap))
 

@@ -2,7 +2,7 @@
 target), registered through vLLM's kernel override registry."""
 import torch
 
-from .attention import _extend, bucket, padded as padded_view
+from .attention import _extend, bucket, padded_view
 
 
 def compute_slot_mapping(num_tokens, max_num_tokens, query_start_loc_ptr, positions_ptr, block_table_ptr,
