@@ -61,8 +61,8 @@ class TpuModelRunner(GPUModelRunner):
 
 
 def warm_up_padded_sizes(worker):
-    """Runs the model (attention included) once at each padded token count, as a decode step
-    of that many requests where the batch allows it and as a prefill, so that a server meets
+    """Runs the model (attention included) once as a decode step at each padded request count
+    and once at each padded token count (as vLLM spreads its dummy steps), so that a server meets
     those programs compiled (or loaded from the persistent cache) rather than mid-request.
     TORCHTPU_VLLM_WARMUP=0 skips it."""
     if os.environ.get("TORCHTPU_VLLM_WARMUP", "1") == "0":
