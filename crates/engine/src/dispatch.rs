@@ -367,7 +367,8 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     let lowering = info.lowering.ok_or_else(|| Error::NoLowering(no_lowering(&info)))?;
 
     let mut scan = Scan { key: Vec::with_capacity(64), ..Default::default() };
-    scan.key.push(op as u64);
+    // The float32 matmul precision shapes every program with a contraction or convolution.
+    scan.key.push(op as u64 | (lowerings::float32_matmul() as u64) << 32);
     for a in args {
         scan.arg(a, lowering.specialize_floats, held)?;
     }

@@ -156,6 +156,9 @@ impl Runtime {
                 }
             }
         };
+        if let Some(dir) = dump_dir() {
+            dump_program(dir, what, text);
+        }
         if log_compiles() {
             let tier = if quick { ", quick tier" } else { "" };
             eprintln!("torchtpu: compile {what}{} {:.1} ms ({from}{tier})", signature(text), t0.elapsed().as_secs_f64() * 1e3);
@@ -200,6 +203,25 @@ fn largest_tensor(text: &str) -> i64 {
 fn log_compiles() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| std::env::var("TORCHTPU_LOG_COMPILES").is_ok_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// `TORCHTPU_DUMP_PROGRAMS=<dir>`: each program compiled or loaded is written there as
+/// StableHLO text, `<n>-<op>.mlir`, numbered in compile order.
+fn dump_dir() -> Option<&'static std::path::Path> {
+    static DIR: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| std::env::var_os("TORCHTPU_DUMP_PROGRAMS").filter(|v| !v.is_empty()).map(Into::into)).as_deref()
+}
+
+fn dump_program(dir: &std::path::Path, what: &str, text: &str) {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name: String = what.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
+    // A debugging aid: a directory that cannot be written is reported once, not raised.
+    let written = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(dir.join(format!("{n:05}-{name}.mlir")), text));
+    if let Err(e) = written {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| eprintln!("torchtpu: TORCHTPU_DUMP_PROGRAMS: cannot write to {}: {e}", dir.display()));
+    }
 }
 
 /// The parameter types of a program's main function, as `(2x3xf32, f32)`.

@@ -24,6 +24,9 @@ pub fn element_type(d: DType) -> pjrt::ElementType {
         DType::C128 => E::C128,
         DType::F8E5M2 => E::F8E5M2,
         DType::F8E4M3FN => E::F8E4M3FN,
+        DType::F8E5M2FNUZ => E::F8E5M2FNUZ,
+        DType::F8E4M3FNUZ => E::F8E4M3FNUZ,
+        DType::F8E8M0FNU => E::F8E8M0FNU,
     }
 }
 
@@ -52,7 +55,7 @@ pub fn scalar_bytes(x: f64, elem: ElemType) -> ([u8; 16], usize) {
             put(&mut b, &x.to_le_bytes());
             16
         }
-        ElemType::F8E4M3FN | ElemType::F8E5M2 => put(&mut b, &[0]),
+        f8 => put(&mut b, &[stablehlo::f8_bits(x, f8)]),
     };
     (b, n)
 }

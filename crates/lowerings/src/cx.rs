@@ -243,13 +243,133 @@ impl Cx {
         if from == dtype {
             return v;
         }
+        if from == DType::F8E8M0FNU {
+            // Through float64 for bool too: its smallest value is a float32 subnormal.
+            let x = self.from_e8m0(v, matches!(dtype, DType::F64 | DType::Bool));
+            return self.cast(x, dtype);
+        }
         if dtype == DType::Bool {
             // PyTorch: nonzero is true (a plain convert would do the same, but be explicit for
             // complex and float NaN).
             let zero = self.full(0.0, from, &self.dims(v));
             return self.b.compare(stablehlo::CmpDir::Ne, v, zero);
         }
+        if dtype == DType::F8E8M0FNU {
+            return self.to_e8m0(v);
+        }
+
+        if let Some((mant, emin)) = float8_grid(dtype).filter(|_| !from.is_complex()) {
+            return self.to_float8(v, dtype, mant, emin);
+        }
         self.b.convert(v, dtype.elem())
+    }
+
+    /// A conversion to a float8 format as c10 makes it: through float32 (as its constructors
+    /// take), rounded to nearest-even once. XLA:CPU's own convert from float32 rounds through
+    /// float16 first (twice: wrong next to ties), so the value is rounded to the format's grid
+    /// here, in float32, exactly, and only then converted. float8_e4m3fn saturates from torch
+    /// 2.12 (overflow and inf give +-448).
+    fn to_float8(&mut self, v: Value, dtype: DType, mant: i64, emin: i32) -> Value {
+        let dims = self.dims(v);
+        let x = self.cast(v, DType::F32);
+        // Normal range: round the float32 bits to `mant` mantissa bits (the carry may bump the
+        // exponent, which is right).
+        let drop = 23 - mant;
+        let bits = self.b.bitcast_convert(x, ElemType::U32);
+        let u = |cx: &mut Cx, k: i64| cx.full(k as f64, DType::U32, &dims);
+        let (c_drop, one, half) = (u(self, drop), u(self, 1), u(self, (1 << (drop - 1)) - 1));
+        let low_mask = u(self, !((1i64 << drop) - 1) & 0xFFFF_FFFF);
+        let kept_lsb = self.b.shift_right_logical(bits, c_drop);
+        let kept_lsb = self.b.and(kept_lsb, one);
+        let bumped = self.b.add(bits, half);
+        let bumped = self.b.add(bumped, kept_lsb);
+        let normal = self.b.and(bumped, low_mask);
+        let normal = self.b.bitcast_convert(normal, ElemType::F32);
+        // Subnormal range: adding 2^(emin - mant + 23) leaves a float32 whose last bit is the
+        // format's subnormal step, so the add rounds to it (nearest-even) and the sub is exact.
+        let magic = self.full(2f64.powi(emin - mant as i32 + 23), DType::F32, &dims);
+        let a = self.b.abs(x);
+        let sum = self.b.add(a, magic);
+        let sub = self.b.sub(sum, magic);
+        let sign_mask = u(self, 0x8000_0000);
+        let sign = self.b.and(bits, sign_mask);
+        let sub = self.b.bitcast_convert(sub, ElemType::U32);
+        let sub = self.b.or(sub, sign);
+        let sub = self.b.bitcast_convert(sub, ElemType::F32);
+        let smallest_normal = self.full(2f64.powi(emin), DType::F32, &dims);
+        let is_sub = self.b.compare(CmpDir::Lt, a, smallest_normal);
+        let finite = self.b.is_finite(x);
+        let rounded = self.b.select(is_sub, sub, normal);
+        let rounded = self.b.select(finite, rounded, x);
+        let out = self.b.convert(rounded, dtype.elem());
+        if dtype != DType::F8E4M3FN || !crate::torch_version::float8_e4m3fn_saturates() {
+            return out;
+        }
+        let (lo, hi) = (self.full(-448.0, DType::F32, &dims), self.full(448.0, DType::F32, &dims));
+        let (lo8, hi8) = (self.full(-448.0, dtype, &dims), self.full(448.0, dtype, &dims));
+        let above = self.b.compare(CmpDir::Gt, x, hi);
+        let below = self.b.compare(CmpDir::Lt, x, lo);
+        let out = self.b.select(above, hi8, out);
+        self.b.select(below, lo8, out)
+    }
+
+    /// c10's float -> Float8_e8m0fnu on the float32 bits (stablehlo's convert rounds ties to
+    /// even; c10 rounds them up and drops the sign): the exponent byte, plus one when the
+    /// mantissa's top bit is set and anything below it is, or the value is normal; nan, inf and
+    /// overflow give the nan byte 0xFF.
+    fn to_e8m0(&mut self, v: Value) -> Value {
+        let dims = self.dims(v);
+        let x = self.cast(v, DType::F32);
+        let bits = self.b.bitcast_convert(x, ElemType::U32);
+        let u = |cx: &mut Cx, k: i64| cx.full(k as f64, DType::U32, &dims);
+        let (c23, c_ff, c_guard, c_below, zero, one) =
+            (u(self, 23), u(self, 0xFF), u(self, 0x40_0000), u(self, 0x3F_FFFF), u(self, 0), u(self, 1));
+        let shifted = self.b.shift_right_logical(bits, c23);
+        let exp = self.b.and(shifted, c_ff);
+        let g = self.b.and(bits, c_guard);
+        let guard = self.b.compare(CmpDir::Ne, g, zero);
+        let b = self.b.and(bits, c_below);
+        let below = self.b.compare(CmpDir::Ne, b, zero);
+        let normal = self.b.compare(CmpDir::Ne, exp, zero);
+        let either = self.b.or(below, normal);
+        let up = self.b.and(guard, either);
+        let bumped = self.b.add(exp, one);
+        let not_special = self.b.compare(CmpDir::Ne, exp, c_ff);
+        let bump = self.b.and(up, not_special);
+        let e = self.b.select(bump, bumped, exp);
+        let byte = self.b.convert(e, ElemType::U8);
+        self.b.bitcast_convert(byte, ElemType::F8E8M0FNU)
+    }
+
+    /// Float8_e8m0fnu -> float32 (or float64) exactly, from the bits: 2^(byte - 127), 0xFF is
+    /// nan. Byte 0 is a float32 subnormal, which a convert to float64 would flush to zero.
+    fn from_e8m0(&mut self, v: Value, wide: bool) -> Value {
+        let dims = self.dims(v);
+        let byte = self.b.bitcast_convert(v, ElemType::U8);
+        let (uint, float, mant, tiny, nan) = if wide {
+            (DType::U64, ElemType::F64, 52, (1023 - 127) << 52, 0x7FF8_0000_0000_0000_u64 as i64)
+        } else {
+            (DType::U32, ElemType::F32, 23, 0x40_0000, 0x7FC0_0000)
+        };
+        let e = self.cast(byte, uint);
+        let u = |cx: &mut Cx, k: i64| {
+            let c = cx.b.constant_i64(k, uint.elem());
+            cx.b.broadcast_in_dim(c, &dims, &[])
+        };
+        let (shift, zero, c_ff, c_tiny, c_nan) = (u(self, mant), u(self, 0), u(self, 0xFF), u(self, tiny), u(self, nan));
+        // float32: the exponent field is the byte (0 is the subnormal 2^-127); float64: rebias.
+        let field = if wide {
+            let rebias = u(self, 1023 - 127);
+            self.b.add(e, rebias)
+        } else {
+            e
+        };
+        let normal = self.b.shift_left(field, shift);
+        let is_zero = self.b.compare(CmpDir::Eq, e, zero);
+        let bits = if wide { normal } else { self.b.select(is_zero, c_tiny, normal) };
+        let is_nan = self.b.compare(CmpDir::Eq, e, c_ff);
+        let bits = self.b.select(is_nan, c_nan, bits);
+        self.b.bitcast_convert(bits, float)
     }
 
     /// Broadcast every value to the common shape (PyTorch's error message when they can't).
@@ -357,5 +477,17 @@ mod tests {
         let i = param(&mut cx, &[0, 3], false);
         cx.check_index(i, 0, 1, ErrorKind::Index, "x");
         assert!(cx.checks.is_empty());
+    }
+}
+
+/// (mantissa bits, exponent of the smallest normal) of the float8 formats rounded by
+/// `Cx::to_float8` (E8M0 has its own conversion).
+fn float8_grid(d: DType) -> Option<(i64, i32)> {
+    match d {
+        DType::F8E4M3FN => Some((3, -6)),
+        DType::F8E5M2 => Some((2, -14)),
+        DType::F8E4M3FNUZ => Some((3, -7)),
+        DType::F8E5M2FNUZ => Some((2, -15)),
+        _ => None,
     }
 }

@@ -18,9 +18,12 @@ pub enum DType {
     BF16 = 15,
     F8E5M2 = 23,
     F8E4M3FN = 24,
+    F8E5M2FNUZ = 25,
+    F8E4M3FNUZ = 26,
     U16 = 27,
     U32 = 28,
     U64 = 29,
+    F8E8M0FNU = 44,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,15 +39,15 @@ impl DType {
     /// 16- and 8-bit floats, the dtype itself otherwise.
     pub fn opmath(self) -> DType {
         match self {
-            DType::F16 | DType::BF16 | DType::F8E5M2 | DType::F8E4M3FN => DType::F32,
+            d if d.is_float() && d.size() < 4 => DType::F32,
             d => d,
         }
     }
 
     /// Every dtype the lowerings know.
-    pub const ALL: [DType; 17] = {
+    pub const ALL: [DType; 20] = {
         use DType::*;
-        [U8, I8, I16, I32, I64, F16, F32, F64, C64, C128, Bool, BF16, F8E5M2, F8E4M3FN, U16, U32, U64]
+        [U8, I8, I16, I32, I64, F16, F32, F64, C64, C128, Bool, BF16, F8E5M2, F8E4M3FN, F8E5M2FNUZ, F8E4M3FNUZ, U16, U32, U64, F8E8M0FNU]
     };
 
     pub fn from_code(code: i8) -> Option<DType> {
@@ -64,9 +67,12 @@ impl DType {
             15 => BF16,
             23 => F8E5M2,
             24 => F8E4M3FN,
+            25 => F8E5M2FNUZ,
+            26 => F8E4M3FNUZ,
             27 => U16,
             28 => U32,
             29 => U64,
+            44 => F8E8M0FNU,
             _ => return None,
         })
     }
@@ -89,6 +95,9 @@ impl DType {
             BF16 => "bfloat16",
             F8E5M2 => "float8_e5m2",
             F8E4M3FN => "float8_e4m3fn",
+            F8E5M2FNUZ => "float8_e5m2fnuz",
+            F8E4M3FNUZ => "float8_e4m3fnuz",
+            F8E8M0FNU => "float8_e8m0fnu",
             U16 => "uint16",
             U32 => "uint32",
             U64 => "uint64",
@@ -113,6 +122,9 @@ impl DType {
             BF16 => "BFloat16",
             F8E5M2 => "Float8_e5m2",
             F8E4M3FN => "Float8_e4m3fn",
+            F8E5M2FNUZ => "Float8_e5m2fnuz",
+            F8E4M3FNUZ => "Float8_e4m3fnuz",
+            F8E8M0FNU => "Float8_e8m0fnu",
             U16 => "UInt16",
             U32 => "UInt32",
             U64 => "UInt64",
@@ -136,6 +148,9 @@ impl DType {
             BF16 => ElemType::BF16,
             F8E5M2 => ElemType::F8E5M2,
             F8E4M3FN => ElemType::F8E4M3FN,
+            F8E5M2FNUZ => ElemType::F8E5M2FNUZ,
+            F8E4M3FNUZ => ElemType::F8E4M3FNUZ,
+            F8E8M0FNU => ElemType::F8E8M0FNU,
             U16 => ElemType::U16,
             U32 => ElemType::U32,
             U64 => ElemType::U64,
@@ -159,6 +174,9 @@ impl DType {
             ElemType::BF16 => BF16,
             ElemType::F8E5M2 => F8E5M2,
             ElemType::F8E4M3FN => F8E4M3FN,
+            ElemType::F8E5M2FNUZ => F8E5M2FNUZ,
+            ElemType::F8E4M3FNUZ => F8E4M3FNUZ,
+            ElemType::F8E8M0FNU => F8E8M0FNU,
             ElemType::U16 => U16,
             ElemType::U32 => U32,
             ElemType::U64 => U64,
@@ -168,7 +186,7 @@ impl DType {
     pub fn size(self) -> usize {
         use DType::*;
         match self {
-            U8 | I8 | Bool | F8E5M2 | F8E4M3FN => 1,
+            U8 | I8 | Bool | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU => 1,
             I16 | F16 | BF16 | U16 => 2,
             I32 | F32 | U32 => 4,
             I64 | F64 | C64 | U64 => 8,
@@ -181,7 +199,7 @@ impl DType {
         match self {
             Bool => Category::Bool,
             U8 | I8 | I16 | I32 | I64 | U16 | U32 | U64 => Category::Int,
-            F16 | F32 | F64 | BF16 | F8E5M2 | F8E4M3FN => Category::Float,
+            F16 | F32 | F64 | BF16 | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU => Category::Float,
             C64 | C128 => Category::Complex,
         }
     }

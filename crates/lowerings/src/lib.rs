@@ -36,6 +36,7 @@ pub use args::{Arg, Args, FloatArg, Scalar, Tensor};
 pub use decl::{op, ops, Names, Op};
 pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound};
 pub use ops::grouped_mm::set_ragged_dot;
+pub use blocks::precision::{float32_matmul, set_float32_matmul};
 pub use dtype::{can_cast, promote, result_type, DType, Rank};
 pub use error::{ErrorKind, Result, TorchError};
 use std::collections::HashMap;
@@ -94,6 +95,7 @@ const FAMILIES: &[&[Op]] = &[
     ops::random::OPS,
     ops::recurrent::OPS,
     ops::reductions::OPS,
+    ops::scaled_mm::OPS,
     ops::search::OPS,
     ops::shape_ops::OPS,
     ops::softmax::OPS,

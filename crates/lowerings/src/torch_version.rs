@@ -15,6 +15,12 @@ fn at_least_2(minor: u32) -> bool {
     MINOR.load(Ordering::Relaxed) >= minor
 }
 
+/// Conversions to float8_e4m3fn saturate from torch 2.12 (overflow and inf give +-448, as
+/// its CUDA kernels and compiled code do); before, they gave nan.
+pub fn float8_e4m3fn_saturates() -> bool {
+    at_least_2(12)
+}
+
 /// The `-` operator on bool tensors (sub, rsub, neg): NotImplementedError from torch 2.14,
 /// RuntimeError before.
 pub fn bool_minus_error() -> ErrorKind {

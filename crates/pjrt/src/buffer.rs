@@ -8,66 +8,53 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Element types, with the numbering of `PJRT_Buffer_Type`.
+/// Element types, numbered as `PJRT_Buffer_Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ElementType {
-    Pred,
-    S8,
-    S16,
-    S32,
-    S64,
-    U8,
-    U16,
-    U32,
-    U64,
-    F16,
-    F32,
-    F64,
-    BF16,
-    C64,
-    C128,
-    F8E5M2,
-    F8E4M3FN,
+    Pred = 1,
+    S8 = 2,
+    S16 = 3,
+    S32 = 4,
+    S64 = 5,
+    U8 = 6,
+    U16 = 7,
+    U32 = 8,
+    U64 = 9,
+    F16 = 10,
+    F32 = 11,
+    F64 = 12,
+    BF16 = 13,
+    C64 = 14,
+    C128 = 15,
+    F8E5M2 = 16,
+    F8E4M3FN = 17,
+    F8E5M2FNUZ = 19,
+    F8E4M3FNUZ = 20,
+    F8E8M0FNU = 28,
 }
 
 impl ElementType {
-    const ALL: [ElementType; 17] = [
-        ElementType::Pred,
-        ElementType::S8,
-        ElementType::S16,
-        ElementType::S32,
-        ElementType::S64,
-        ElementType::U8,
-        ElementType::U16,
-        ElementType::U32,
-        ElementType::U64,
-        ElementType::F16,
-        ElementType::F32,
-        ElementType::F64,
-        ElementType::BF16,
-        ElementType::C64,
-        ElementType::C128,
-        ElementType::F8E5M2,
-        ElementType::F8E4M3FN,
-    ];
+    const ALL: [ElementType; 20] = {
+        use ElementType::*;
+        [Pred, S8, S16, S32, S64, U8, U16, U32, U64, F16, F32, F64, BF16, C64, C128, F8E5M2, F8E4M3FN, F8E5M2FNUZ, F8E4M3FNUZ, F8E8M0FNU]
+    };
 
-    /// The `PJRT_Buffer_Type` value (PRED = 1 ... F8E4M3FN = 17).
+    /// The `PJRT_Buffer_Type` value.
     pub fn to_c(self) -> i32 {
-        self as i32 + 1
+        self as i32
     }
 
-    /// From a `PJRT_Buffer_Type` value; `None` for types this crate does not
-    /// model (INVALID, sub-byte integers, other fp8 formats, TOKEN, ...).
+    /// From a `PJRT_Buffer_Type` value; `None` for types this crate does not model (INVALID,
+    /// sub-byte integers, TOKEN, the fp8 and fp4 formats torch lacks, ...).
     pub fn from_c(v: i32) -> Option<ElementType> {
-        let i = usize::try_from(v).ok()?.checked_sub(1)?;
-        Self::ALL.get(i).copied()
+        Self::ALL.iter().copied().find(|t| t.to_c() == v)
     }
 
     /// Bytes per element (PRED is stored as one byte).
     pub fn byte_size(self) -> usize {
         use ElementType::*;
         match self {
-            Pred | S8 | U8 | F8E5M2 | F8E4M3FN => 1,
+            Pred | S8 | U8 | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU => 1,
             S16 | U16 | F16 | BF16 => 2,
             S32 | U32 | F32 => 4,
             S64 | U64 | F64 | C64 => 8,

@@ -32,5 +32,5 @@ mod types;
 
 pub use builder::{Builder, Precision, Value};
 pub use expr::{Ex, Operand, E};
-pub use literal::round_to;
+pub use literal::{f8_bits, round_to};
 pub use types::{CmpDir, ConvDims, ElemType, GatherDims, RngAlgorithm, ScatterDims, TensorType};

@@ -91,8 +91,11 @@ fn special_hex(x: f64, elem: ElemType) -> String {
         F16 => (0x7C00, 0x7E00, 1 << 15, 4),
         BF16 => (0x7F80, 0x7FC0, 1 << 15, 4),
         F8E5M2 => (0x7C, 0x7E, 0x80, 2),
-        // E4M3FN has no inf: round_to already mapped overflow to nan.
+        // The formats without inf: round_to already mapped overflow to nan.
         F8E4M3FN => (0x7F, 0x7F, 0x80, 2),
+        // FNUZ: the only nan is the "negative zero" pattern; no sign to set.
+        F8E4M3FNUZ | F8E5M2FNUZ => (0x80, 0x80, 0, 2),
+        F8E8M0FNU => (0xFF, 0xFF, 0, 2),
         other => panic!("special_hex: {other} is not a float type"),
     };
     let mut bits = if x.is_nan() { nan } else { inf };
@@ -102,22 +105,27 @@ fn special_hex(x: f64, elem: ElemType) -> String {
     format!("0x{bits:0digits$X}")
 }
 
-/// Round `x` to the nearest value of float type `elem` (ties to even), returned
-/// as an f64 (exact). Overflow gives +-inf, or nan for the inf-less E4M3FN.
+/// Round `x` to the nearest value of float type `elem` (ties to even), returned as an f64
+/// (exact), as PyTorch converts: overflow gives +-inf, or nan for the formats without inf;
+/// FNUZ formats have no negative zero; E8M0 rounds the f32 value as c10's Float8_e8m0fnu.
 pub fn round_to(x: f64, elem: ElemType) -> f64 {
     use ElemType::*;
     // (mantissa bits, exponent of the smallest normal, largest finite value)
     let (mant, emin, max) = match elem {
         F64 => return x,
         F32 => return x as f32 as f64,
+        F8E8M0FNU => return e8m0_value(x),
         F16 => (10, -14, 65504.0),
         BF16 => (7, -126, 3.3895313892515355e38),
         F8E5M2 => (2, -14, 57344.0),
         F8E4M3FN => (3, -6, 448.0),
+        F8E4M3FNUZ => (3, -7, 240.0),
+        F8E5M2FNUZ => (2, -15, 57344.0),
         other => panic!("round_to: {other} is not a float type"),
     };
+    let has_inf = matches!(elem, F16 | BF16 | F8E5M2);
     if !x.is_finite() {
-        return if x.is_infinite() && elem == F8E4M3FN { f64::NAN } else { x };
+        return if x.is_infinite() && !has_inf { f64::NAN } else { x };
     }
     let a = x.abs();
     // Binade of a (f64 exponent field), clamped at the subnormal range of elem.
@@ -125,18 +133,91 @@ pub fn round_to(x: f64, elem: ElemType) -> f64 {
     let quantum = 2f64.powi(e - mant);
     let r = (a / quantum).round_ties_even() * quantum;
     let r = if r > max {
-        if elem == F8E4M3FN {
-            f64::NAN
-        } else {
+        if has_inf {
             f64::INFINITY
+        } else {
+            f64::NAN
         }
     } else {
         r
     };
-    if x.is_sign_negative() {
+    let unsigned_zero = matches!(elem, F8E4M3FNUZ | F8E5M2FNUZ) && r == 0.0;
+    if x.is_sign_negative() && !unsigned_zero {
         -r
     } else {
         r
+    }
+}
+
+/// The byte of the float8 value nearest `x` (as `round_to` rounds), for host-side scalars.
+pub fn f8_bits(x: f64, elem: ElemType) -> u8 {
+    let r = round_to(x, elem);
+    (0..=255u8)
+        .find(|&b| {
+            let v = f8_value(b, elem);
+            if r.is_nan() {
+                v.is_nan()
+            } else {
+                v == r && v.is_sign_negative() == r.is_sign_negative()
+            }
+        })
+        .expect("every float8 value has a byte")
+}
+
+/// The value of the float8 byte `b` of type `elem`.
+fn f8_value(b: u8, elem: ElemType) -> f64 {
+    use ElemType::*;
+    if elem == F8E8M0FNU {
+        return if b == 0xFF { f64::NAN } else { 2f64.powi(b as i32 - 127) };
+    }
+    // (exponent bits, exponent bias)
+    let (ebits, bias) = match elem {
+        F8E4M3FN => (4, 7),
+        F8E5M2 => (5, 15),
+        F8E4M3FNUZ => (4, 8),
+        F8E5M2FNUZ => (5, 16),
+        other => panic!("f8_value: {other} is not a float8 type"),
+    };
+    let mbits = 7 - ebits;
+    let (sign, e, m) = (b >> 7, (b >> mbits) as i32 & ((1 << ebits) - 1), (b & ((1 << mbits) - 1)) as f64);
+    let top = (1 << ebits) - 1;
+    let special = match elem {
+        F8E4M3FNUZ | F8E5M2FNUZ => (b == 0x80).then_some(f64::NAN),
+        F8E4M3FN => (e == top && m == 7.0).then_some(f64::NAN),
+        _ => (e == top).then_some(if m == 0.0 { f64::INFINITY } else { f64::NAN }),
+    };
+    let mag = special.unwrap_or_else(|| {
+        let frac = m / (1 << mbits) as f64;
+        if e == 0 {
+            frac * 2f64.powi(1 - bias)
+        } else {
+            (1.0 + frac) * 2f64.powi(e - bias)
+        }
+    });
+    if sign == 1 && !mag.is_nan() {
+        -mag
+    } else {
+        mag
+    }
+}
+
+/// c10's float -> Float8_e8m0fnu: the sign is dropped, the f32 exponent rounds up when the
+/// mantissa's top bit is set (and something below it, or the value is normal), nan/inf and
+/// overflow give nan.
+fn e8m0_value(x: f64) -> f64 {
+    let bits = (x as f32).to_bits();
+    let exp = (bits >> 23) & 0xFF;
+    if exp == 0xFF {
+        return f64::NAN;
+    }
+    let guard = bits & 0x40_0000 != 0;
+    let below = bits & 0x3F_FFFF != 0;
+    let up = guard && (below || exp > 0);
+    let biased = exp + up as u32;
+    if biased == 0xFF {
+        f64::NAN
+    } else {
+        2f64.powi(biased as i32 - 127)
     }
 }
 
@@ -213,6 +294,28 @@ mod tests {
         assert_eq!(round_to(2f64.powi(-26), F16), 0.0);
         assert_eq!(round_to(464.0, F8E4M3FN), 448.0);
         assert_eq!(round_to(-0.3, F8E5M2), -0.3125);
+        assert_eq!(round_to(245.0, F8E4M3FNUZ), 240.0);
+        assert!(round_to(250.0, F8E4M3FNUZ).is_nan());
+        assert!(round_to(1e6, F8E4M3FNUZ).is_nan());
+        assert!(round_to(-0.0, F8E5M2FNUZ).is_sign_positive());
+        assert_eq!(round_to(3.0, F8E8M0FNU), 4.0);
+        assert_eq!(round_to(2.9, F8E8M0FNU), 2.0);
+        assert_eq!(round_to(-1.0, F8E8M0FNU), 1.0);
+        assert_eq!(round_to(0.0, F8E8M0FNU), 2f64.powi(-127));
+        assert!(round_to(3e38, F8E8M0FNU).is_nan());
+    }
+
+    #[test]
+    fn float8_bytes() {
+        assert_eq!(f8_bits(1.0, F8E4M3FN), 0x38);
+        assert_eq!(f8_bits(-448.0, F8E4M3FN), 0xFE);
+        assert_eq!(f8_bits(f64::NAN, F8E4M3FN), 0x7F);
+        assert_eq!(f8_bits(-0.0, F8E5M2), 0x80);
+        assert_eq!(f8_bits(f64::NEG_INFINITY, F8E5M2), 0xFC);
+        assert_eq!(f8_bits(0.3, F8E4M3FNUZ), 50);
+        assert_eq!(f8_bits(1e6, F8E5M2FNUZ), 0x80);
+        assert_eq!(f8_bits(-0.0, F8E5M2FNUZ), 0);
+        assert_eq!(f8_bits(3.0, F8E8M0FNU), 129);
     }
 
     #[test]

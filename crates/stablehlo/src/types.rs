@@ -22,6 +22,10 @@ pub enum ElemType {
     C128,
     F8E4M3FN,
     F8E5M2,
+    F8E4M3FNUZ,
+    F8E5M2FNUZ,
+    /// Exponent only: powers of two, no sign, no zero (MX scales).
+    F8E8M0FNU,
 }
 
 impl ElemType {
@@ -46,13 +50,16 @@ impl ElemType {
             C128 => "complex<f64>",
             F8E4M3FN => "f8E4M3FN",
             F8E5M2 => "f8E5M2",
+            F8E4M3FNUZ => "f8E4M3FNUZ",
+            F8E5M2FNUZ => "f8E5M2FNUZ",
+            F8E8M0FNU => "f8E8M0FNU",
         }
     }
 
     /// Real floating point (not complex).
     pub fn is_float(self) -> bool {
         use ElemType::*;
-        matches!(self, F16 | BF16 | F32 | F64 | F8E4M3FN | F8E5M2)
+        matches!(self, F16 | BF16 | F32 | F64 | F8E4M3FN | F8E5M2 | F8E4M3FNUZ | F8E5M2FNUZ | F8E8M0FNU)
     }
 
     /// Signed or unsigned integer; `Pred` is not an integer here.
@@ -78,7 +85,7 @@ impl ElemType {
     pub fn byte_size(self) -> usize {
         use ElemType::*;
         match self {
-            Pred | I8 | U8 | F8E4M3FN | F8E5M2 => 1,
+            Pred | I8 | U8 | F8E4M3FN | F8E5M2 | F8E4M3FNUZ | F8E5M2FNUZ | F8E8M0FNU => 1,
             I16 | U16 | F16 | BF16 => 2,
             I32 | U32 | F32 => 4,
             I64 | U64 | F64 | C64 => 8,

@@ -250,6 +250,11 @@ pub extern "C" fn tt_memory_info(device: i32, free_bytes: *mut i64, total_bytes:
 }
 
 #[no_mangle]
+pub extern "C" fn tt_set_float32_matmul_precision(precision: i32) {
+    lowerings::set_float32_matmul(precision.clamp(0, 2) as u8);
+}
+
+#[no_mangle]
 pub extern "C" fn tt_is_initialized() -> bool {
     engine::runtime::is_initialized()
 }

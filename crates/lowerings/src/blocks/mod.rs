@@ -7,6 +7,7 @@ pub(crate) mod gather;
 pub(crate) mod loops;
 pub(crate) mod nan;
 pub(crate) mod operands;
+pub(crate) mod precision;
 pub(crate) mod reduce;
 pub(crate) mod rng;
 pub(crate) mod round16;

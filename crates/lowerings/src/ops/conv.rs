@@ -8,7 +8,8 @@ use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::{check, one, Out, op, Op};
-use stablehlo::{ConvDims, Precision, Value};
+use crate::blocks::precision;
+use stablehlo::{ConvDims, Value};
 
 pub(crate) const OPS: &[Op] = &[
     // Routed: the composite kernels of both only raise for backends other than CPU/CUDA.
@@ -87,8 +88,7 @@ fn conv(
     batch_groups: i64,
 ) -> Value {
     let d = cx.dtype(lhs);
-    let precise = matches!(d, DType::F32 | DType::F64);
-    cx.set_precision(if precise { Some(Precision::Highest) } else { None });
+    precision::set_for(cx, d);
     cx.convolution(lhs, rhs, strides, padding, lhs_dilation, rhs_dilation, dn, feature_groups, batch_groups, d.opmath().elem())
 }
 

@@ -5,6 +5,7 @@
 //! where the plugin compiles it (`set_ragged_dot`), else dense products of every group that
 //! keep each row's own (G times the arithmetic; XLA:CPU has no ragged dot).
 use crate::args::{Args, Tensor};
+use crate::blocks::precision;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -90,9 +91,7 @@ fn grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(ad[ad.len() - 1] == bd[bd.len() - 2], Runtime, "contraction dimension of mat_a and mat_b must match");
     }
     let acc = a.dtype.opmath().elem();
-    // f32 products must not run as reduced-precision (TF32) passes.
-    let precise = matches!(a.dtype, DType::F32 | DType::F64);
-    cx.set_precision(if precise { Some(stablehlo::Precision::Highest) } else { None });
+    precision::set_for(cx, a.dtype);
     let out = if !a2 && !b2 {
         check!(offs.is_none(), Runtime, "Offsets tensor provided, but is not needed for 3D/3D multiplicand layouts.");
         check!(ad[0] == bd[0], Runtime, "batched dimension has to match");

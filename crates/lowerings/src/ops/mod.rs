@@ -22,6 +22,7 @@ pub(crate) mod order_stats;
 pub(crate) mod random;
 pub(crate) mod recurrent;
 pub(crate) mod reductions;
+pub(crate) mod scaled_mm;
 pub(crate) mod search;
 pub(crate) mod shape_ops;
 pub(crate) mod softmax;

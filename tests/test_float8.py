@@ -1,0 +1,276 @@
+"""float8 on tpu against PyTorch on CPU: the five float8 dtypes through casts (special values,
+rounding ties, views, 0-d and empty tensors) and the ops CPU runs on them, bit for bit; and
+torch._scaled_mm (tensor-wise and row-wise scales, bias, out_dtype, scale_result, layouts,
+mixed formats, compiled) with PyTorch's errors."""
+import pytest
+import torch
+
+from helpers import TPU, check_error
+
+FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz,
+          torch.float8_e8m0fnu]
+
+# Values that exercise each format's edges: zeros, ties, subnormals, the largest finite values
+# and just past them, inf and nan, negatives (E8M0 has no sign).
+SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.3, 1.5, 2.9, 3.0, 3.5, 5.0, 6.0, 2.0 ** -7, 2.0 ** -9, 2.0 ** -17, 1e-40, -1e-40, -2.0 ** -10,
+           2.0 ** -127, 240.0, 245.0, 250.0, 448.0, 464.0, 480.0, 57344.0, 61440.0, 1e6, -1e6, 1e38, 3e38,
+           float("inf"), float("-inf"), float("nan")]
+
+
+def bits(t):
+    """A float8 tensor's bytes (NaN payloads included), else the tensor itself."""
+    return t.view(torch.uint8) if t.dtype in FLOAT8 else t
+
+
+def assert_same(got, ref):
+    """Bit for bit, except the payload of a nan (XLA and c10 pick different nan bytes)."""
+    got = got.cpu()
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    if ref.dtype.is_floating_point:
+        nan = ref.isnan()
+        assert torch.equal(got.isnan(), nan), f"{got} != {ref}"
+        got, ref = got[~nan], ref[~nan]
+    assert torch.equal(bits(got), bits(ref)), f"{got} != {ref}"
+
+
+def near_ties(dtype):
+    """The midpoints between neighbouring finite values of a format, and the float32 values
+    just beside them: where rounding twice (through float16) goes wrong."""
+    if dtype == torch.float8_e8m0fnu:
+        return torch.tensor([], dtype=torch.float64)
+    values = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).float()
+    values = values[values.isfinite()].unique()
+    mids = (values[1:] + values[:-1]) / 2
+    up, down = torch.full_like(mids, 1e9), torch.full_like(mids, -1e9)
+    return torch.cat([mids, torch.nextafter(mids, up), torch.nextafter(mids, down)]).double()
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+@pytest.mark.parametrize("source", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_casts_round_like_cpu(dtype, source):
+    x = torch.cat([torch.tensor(SPECIAL, dtype=torch.float64), near_ties(dtype), torch.randn(500, dtype=torch.float64) * 50])
+    x = x.to(source)
+    ref = x.to(dtype)
+    got = x.to(TPU).to(dtype)
+    assert_same(got, ref)
+    # And back: every float8 byte widens exactly.
+    assert_same(got.to(source), ref.to(source))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_every_byte_widens_like_cpu(dtype):
+    every = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype)
+    for target in (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.bool):
+        ref = every.to(target)
+        got = every.to(TPU).to(target)
+        if target.is_floating_point:
+            torch.testing.assert_close(got.cpu(), ref, equal_nan=True, rtol=0, atol=0)
+        else:
+            # nan, inf and values past int32 are undefined in C++ (and differ on XLA).
+            fits = every.double().abs() < 2 ** 31
+            assert torch.equal(got.cpu()[fits], ref[fits])
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+def test_between_float8_formats(dtype):
+    x = (torch.randn(64) * 20).to(torch.float8_e4m3fn)
+    assert_same(x.to(TPU).to(dtype), x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+@pytest.mark.parametrize("shape", [(), (0,), (0, 3), (5, 7)], ids=str)
+def test_zero_d_empty_and_views(dtype, shape):
+    x = (torch.rand(shape) * 8 + 0.01).to(dtype)
+    assert_same(x.to(TPU), x)
+    assert_same(x.to(TPU).float(), x.float())
+    if len(shape) == 2:
+        for view in (lambda t: t.t(), lambda t: t[::2, 1:], lambda t: t[:, :1].expand(-1, 3)):
+            assert_same(view(x.to(TPU)).contiguous(), view(x).contiguous())
+            assert_same(view(x.to(TPU)).float(), view(x).float())
+
+
+# The ops PyTorch's CPU kernels accept float8 in (others raise there; tpu computes them in float32
+# and rounds, as it does for bfloat16).
+CPU_OPS = {
+    "mul": lambda x: x * x,
+    "abs": lambda x: x.abs(),
+    "eq": lambda x: x == x.flip(0),
+    "ne": lambda x: x != 0,
+    "isnan": lambda x: x.isnan(),
+    "where": lambda x: torch.where(x.float() > 1, x, x.flip(0)),
+    "clone": lambda x: x.clone(),
+    "copy_": lambda x: torch.empty_like(x).copy_(x),
+    "cat": lambda x: torch.cat([x, x.flip(0)]),
+    "stack": lambda x: torch.stack([x, x]),
+    "flip": lambda x: x.flip(1),
+    "roll": lambda x: x.roll(1, 0),
+    "repeat": lambda x: x.repeat(2, 1),
+    "index_select": lambda x: x.index_select(0, torch.tensor([2, 0], device=x.device)),
+    "index": lambda x: x[torch.tensor([1, 1, 0], device=x.device)],
+    "index_put": lambda x: x.clone().index_put_((torch.tensor([0], device=x.device),), x[1]),
+    "fill": lambda x: x.clone().fill_(2.0),
+    "zero": lambda x: x.clone().zero_(),
+    "zeros_like": lambda x: torch.zeros_like(x),
+    "ones_like": lambda x: torch.ones_like(x),
+    "full": lambda x: torch.full((2, 3), 0.5, dtype=x.dtype, device=x.device),
+    "mm": lambda x: x @ x.t(),
+    "pad": lambda x: torch.nn.functional.pad(x, (1, 1)),
+    "to_bf16": lambda x: x.to(torch.bfloat16),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOAT8, ids=str)
+@pytest.mark.parametrize("name", sorted(CPU_OPS))
+def test_ops_cpu_runs(dtype, name):
+    f = CPU_OPS[name]
+    x = (torch.rand(4, 6) * 6 + 0.05).to(dtype)
+    try:
+        ref = f(x)
+    except (NotImplementedError, RuntimeError):
+        pytest.skip(f"CPU has no {name} for {dtype}")
+    assert_same(f(x.to(TPU)), ref)
+    # The same through a non-contiguous view.
+    xt = x.t()
+    try:
+        ref = f(xt)
+    except (NotImplementedError, RuntimeError):
+        return
+    assert_same(f(x.to(TPU).t()), ref)
+
+
+# ---- torch._scaled_mm -------------------------------------------------------------------------
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+
+def operands(m, k, n, a_dtype=E4M3, b_dtype=E4M3, b_col_major=True):
+    a = (torch.randn(m, k) * 4).to(a_dtype)
+    b = (torch.randn(n, k) * 4).to(b_dtype).t() if b_col_major else (torch.randn(k, n) * 4).to(b_dtype)
+    return a, b
+
+
+def scaled_mm(*args, **kwargs):
+    """_scaled_mm on CPU and on tpu (tensors moved, non-contiguous layouts kept)."""
+    ref = torch._scaled_mm(*args, **kwargs)
+    move = lambda v: v.to(TPU) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    got = torch._scaled_mm(*map(move, args), **{k: move(v) for k, v in kwargs.items()})
+    return got.cpu(), ref
+
+
+def close(got, ref):
+    """Equal to float32 rounding; float8 outputs to one step of their format."""
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    if ref.dtype in FLOAT8:
+        step = 0.125 if ref.dtype == E4M3 else 0.25
+        torch.testing.assert_close(got.float(), ref.float(), rtol=step, atol=1e-3, equal_nan=True)
+    else:
+        tol = dict(rtol=1e-5, atol=1e-4) if ref.dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(got, ref, **tol)
+
+
+@pytest.mark.parametrize("out_dtype", [None, torch.float32, torch.bfloat16, torch.float16, E5M2], ids=str)
+@pytest.mark.parametrize("shape", [(16, 32, 24), (1, 16, 8), (33, 7, 5)], ids=str)
+def test_scaled_mm_tensorwise(out_dtype, shape):
+    a, b = operands(*shape)
+    sa, sb = torch.tensor(0.05), torch.tensor(0.02)
+    close(*scaled_mm(a, b, sa, sb, out_dtype=out_dtype))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_scaled_mm_rowwise(out_dtype):
+    a, b = operands(16, 32, 24)
+    sa, sb = torch.rand(16, 1) + 0.1, torch.rand(1, 24) + 0.1
+    close(*scaled_mm(a, b, sa, sb, out_dtype=out_dtype))
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_scaled_mm_bias(bias_dtype):
+    a, b = operands(8, 16, 12)
+    bias = torch.randn(12).to(bias_dtype)
+    close(*scaled_mm(a, b, torch.tensor(0.1), torch.tensor(0.3), bias=bias, out_dtype=bias_dtype))
+
+
+def test_scaled_mm_scale_result_applies_to_float8_out_dtype_only():
+    a, b = operands(8, 16, 12)
+    s = torch.tensor(0.1)
+    close(*scaled_mm(a, b, s, s, scale_result=torch.tensor(4.0), out_dtype=E4M3))
+    close(*scaled_mm(a, b, s, s, scale_result=torch.tensor(4.0)))  # not given: ignored, as on CPU
+    close(*scaled_mm(a, b, s, s, scale_result=torch.tensor(4.0), out_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("layout", ["b_row_major", "a_transposed", "both_sliced"])
+def test_scaled_mm_layouts(layout):
+    if layout == "b_row_major":
+        a, b = operands(8, 16, 12, b_col_major=False)
+    elif layout == "a_transposed":
+        _, b = operands(8, 16, 12)
+        a = (torch.randn(16, 8) * 4).to(E4M3).t()  # (8, 16) stored column-major
+    else:
+        a, b = operands(16, 32, 24)
+        a, b = a[::2, 1:17], b[1:17, ::2]
+    close(*scaled_mm(a, b, torch.tensor(0.2), torch.tensor(0.5), out_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("formats", [(E4M3, E5M2), (E5M2, E5M2), (torch.float8_e4m3fnuz, torch.float8_e4m3fnuz)], ids=str)
+def test_scaled_mm_formats(formats):
+    a, b = operands(8, 16, 12, *formats)
+    close(*scaled_mm(a, b, torch.tensor(0.2), torch.tensor(0.5), out_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("shape", [(0, 16, 8), (8, 0, 8), (8, 16, 0)], ids=str)
+def test_scaled_mm_empty(shape):
+    a, b = operands(*shape)
+    close(*scaled_mm(a, b, torch.tensor(0.2), torch.tensor(0.5), out_dtype=torch.float32))
+
+
+def test_scaled_mm_out_variant():
+    a, b = operands(8, 16, 12)
+    s = torch.tensor(0.25)
+    ref = torch.empty(8, 12)
+    torch._scaled_mm(a, b, s, s, out_dtype=torch.float32, out=ref)
+    got = torch.empty(8, 12, device=TPU)
+    torch._scaled_mm(a.to(TPU), b.to(TPU), s.to(TPU), s.to(TPU), out_dtype=torch.float32, out=got)
+    close(got.cpu(), ref)
+
+
+def test_scaled_mm_compiled():
+    a, b = operands(16, 32, 24)
+    sa, sb = torch.rand(16, 1) + 0.1, torch.rand(1, 24) + 0.1
+
+    def f(a, b, sa, sb):
+        return torch.relu(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)) * 2
+
+    ref = f(a, b, sa, sb)
+    got = torch.compile(f, backend="tpu")(a.to(TPU), b.to(TPU), sa.to(TPU), sb.to(TPU))
+    close(got.cpu(), ref)
+
+
+BAD_CALLS = {
+    "3-d a": lambda a, b, s: torch._scaled_mm(a[None], b, s, s),
+    "1-d b": lambda a, b, s: torch._scaled_mm(a, b[0], s, s),
+    "float a": lambda a, b, s: torch._scaled_mm(a.float(), b, s, s),
+    "half scale": lambda a, b, s: torch._scaled_mm(a, b, s.half(), s),
+    "two-element scale": lambda a, b, s: torch._scaled_mm(a, b, torch.ones(2, device=a.device), s),
+    "row-wise b scale as a column": lambda a, b, s: torch._scaled_mm(
+        a, b, torch.ones(8, 1, device=a.device), torch.ones(12, 1, device=a.device), out_dtype=torch.bfloat16),
+    "row-wise mixed with tensor-wise": lambda a, b, s: torch._scaled_mm(
+        a, b, torch.ones(8, 1, device=a.device), s, out_dtype=torch.bfloat16),
+    "shapes": lambda a, b, s: torch._scaled_mm(a, a, s, s),
+    "scale_result half": lambda a, b, s: torch._scaled_mm(a, b, s, s, scale_result=s.half()),
+    "scale_result two elements": lambda a, b, s: torch._scaled_mm(
+        a, b, s, s, scale_result=torch.ones(2, device=a.device)),
+    "bias size": lambda a, b, s: torch._scaled_mm(
+        a, b, s, s, bias=torch.ones(5, device=a.device), out_dtype=torch.float32),
+    "out dtype": lambda a, b, s: torch._scaled_mm(
+        a, b, s, s, out_dtype=torch.bfloat16, out=torch.empty(8, 12, device=a.device)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CALLS))
+def test_scaled_mm_errors(name):
+    a, b = operands(8, 16, 12)
+    e = check_error(BAD_CALLS[name], a, b, torch.tensor(1.0))
+    try:
+        BAD_CALLS[name](a, b, torch.tensor(1.0))
+    except Exception as ref:  # noqa: BLE001
+        assert str(e) == str(ref)
