@@ -116,6 +116,9 @@ bool tt_route_structured(const char* qualified_name, const char* overload);
 // replaces with the lowering (declared `.list_op()`).
 bool tt_route_family(const char* qualified_name);
 
+// Sets the float32 matmul precision of later programs, numbered as at::Float32MatmulPrecision
+// (0 highest, 1 high, 2 medium); the engine keys its programs by it.
+void tt_set_float32_matmul_precision(int32_t precision);
 int32_t tt_device_count(void);
 void tt_synchronize(int32_t device);
 

@@ -285,12 +285,14 @@ impl Cx {
         let bumped = self.b.add(bumped, kept_lsb);
         let normal = self.b.and(bumped, low_mask);
         let normal = self.b.bitcast_convert(normal, ElemType::F32);
-        // Subnormal range: adding 2^(emin - mant + 23) leaves a float32 whose last bit is the
-        // format's subnormal step, so the add rounds to it (nearest-even) and the sub is exact.
-        let magic = self.full(2f64.powi(emin - mant as i32 + 23), DType::F32, &dims);
+        // Subnormal range: a whole number of the format's subnormal steps, rounded by
+        // round_nearest_even (scaling by powers of two is exact).
         let a = self.b.abs(x);
-        let sum = self.b.add(a, magic);
-        let sub = self.b.sub(sum, magic);
+        let up = self.full(2f64.powi(mant as i32 - emin), DType::F32, &dims);
+        let steps = self.b.mul(a, up);
+        let steps = self.b.round_nearest_even(steps);
+        let down = self.full(2f64.powi(emin - mant as i32), DType::F32, &dims);
+        let sub = self.b.mul(steps, down);
         let sign_mask = u(self, 0x8000_0000);
         let sign = self.b.and(bits, sign_mask);
         let sub = self.b.bitcast_convert(sub, ElemType::U32);
@@ -300,7 +302,13 @@ impl Cx {
         let is_sub = self.b.compare(CmpDir::Lt, a, smallest_normal);
         let finite = self.b.is_finite(x);
         let rounded = self.b.select(is_sub, sub, normal);
-        let rounded = self.b.select(finite, rounded, x);
+        let mut rounded = self.b.select(finite, rounded, x);
+        if matches!(dtype, DType::F8E4M3FNUZ | DType::F8E5M2FNUZ) {
+            // No negative zero there: its byte is the nan.
+            let zero = self.full(0.0, DType::F32, &dims);
+            let is_zero = self.b.compare(CmpDir::Eq, rounded, zero);
+            rounded = self.b.select(is_zero, zero, rounded);
+        }
         let out = self.b.convert(rounded, dtype.elem());
         if dtype != DType::F8E4M3FN || !crate::torch_version::float8_e4m3fn_saturates() {
             return out;
