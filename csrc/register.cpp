@@ -17,6 +17,8 @@ namespace {
 // numbers as the .random overloads (the generator None means the device's default one).
 void def_torchtpu_ops(torch::Library& m) {
   m.def("run_graph(int graph, Tensor[] inputs) -> Tensor[]");
+  // A user's kernel (StableHLO text or a serialized module) registered by torchtpu.kernels.
+  m.def("stablehlo_kernel(int kernel, Tensor[] inputs) -> Tensor[]");
   m.def("run_graph_(int graph, Tensor(a!)[] mutated, Tensor[] inputs) -> Tensor[]");
   m.def("run_graph.random(int graph, Tensor[] inputs, Generator? generator) -> Tensor[]");
   m.def("run_graph_.random(int graph, Tensor(a!)[] mutated, Tensor[] inputs, Generator? generator) -> Tensor[]");

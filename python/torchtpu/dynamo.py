@@ -143,6 +143,15 @@ class _Encoder:
             return
         if not isinstance(target, torch._ops.OpOverload):
             raise NotImplementedError(f"torchtpu.compile: unsupported graph call {target}")
+        text_op = _text_kernel_op(target)
+        if text_op is not None:
+            # A StableHLO text kernel joins the program: its functions and a call of its @main.
+            kernel, _ = text_op.kernel([a.meta["val"] for a in node.args])
+            self.nodes.append(("torchtpu::stablehlo_kernel", ["kernel", "inputs"],
+                               [("int", kernel), self.value(list(node.args))]))
+            ref = self.num_inputs + len(self.nodes) - 1
+            self.index[node] = ("item", (ref, 0)) if text_op._single else ("ref", ref)
+            return
         self.index[node] = self.record(target, node.args, node.kwargs, node.meta.get("val"))
 
     def record(self, op, args, kwargs, result=None, stream=None):
@@ -473,6 +482,14 @@ _AUTO_FUNCTIONALIZED = tuple(op for op in (getattr(torch.ops.higher_order, "auto
                                            getattr(torch.ops.higher_order, "auto_functionalized_v2", None)) if op)
 
 
+def _text_kernel_op(target):
+    """The torchtpu.kernels op of a StableHLO text kernel, if `target` is one."""
+    from .kernels import _TEXT_OPS
+
+    name = getattr(target, "_schema", None) and target._schema.name
+    return _TEXT_OPS.get(name) if name else None
+
+
 def _runs_eagerly(node):
     """Whether a node runs eagerly between the graph's programs: functional collectives (they
     run through the c10d backend), custom ops that mutate their inputs (auto_functionalized),
@@ -483,7 +500,8 @@ def _runs_eagerly(node):
         return True
     target = node.target
     return (isinstance(target, torch._ops.OpOverload) and _number_meta(node) is None
-            and target.namespace not in ("torchtpu",) and not _C.is_lowered(target._schema.name))
+            and target.namespace not in ("torchtpu",) and not _C.is_lowered(target._schema.name)
+            and _text_kernel_op(target) is None)
 
 
 class _CompiledOnFirstCall(torch.nn.Module):

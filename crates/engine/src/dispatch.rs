@@ -645,7 +645,12 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let (host_checks, checks) = b.attach_checks(info, &mut o.results)?;
     let feeds = b.ordered_feeds();
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
-    let exe = compile_program(info, b.cx.b.finish_with_aliases(&o.results, &aliases))?;
+    let module_override = b.cx.module_override.take();
+    let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
+    let exe = match module_override {
+        Some(module) => compile_module(info, &module)?,
+        None => compile_program(info, text)?,
+    };
     Ok(Built::Entry(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
 
@@ -810,6 +815,12 @@ fn compile_program(info: &OpInfo, text: String) -> Result<pjrt::LoadedExecutable
     let rt = runtime()?;
     let eager = !info.qualified.starts_with("torchtpu::run_graph");
     rt.compile(&info.qualified, &text, eager).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
+}
+
+/// Compiles a user's serialized module (a kernel whose program is the module itself).
+fn compile_module(info: &OpInfo, module: &[u8]) -> Result<pjrt::LoadedExecutable, Error> {
+    let rt = runtime()?;
+    rt.compile_code(&info.qualified, module).map_err(|e| Error::runtime(format!("torchtpu: compiling a kernel module failed: {}", e.message)))
 }
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]

@@ -166,6 +166,17 @@ impl Runtime {
         Ok(exe)
     }
 
+    /// Compiles a serialized module (MLIR bytecode or text) as it is: no quick tier, no
+    /// persistent cache (it is the user's file, read again each run).
+    pub fn compile_code(&self, what: &str, code: &[u8]) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
+        let t0 = std::time::Instant::now();
+        let exe = self.client.compile_code(code, &self.compile_options)?;
+        if log_compiles() {
+            eprintln!("torchtpu: compile {what} (a serialized module) {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+        }
+        Ok(exe)
+    }
+
     fn compile_or_load(&self, text: &str, options: &[u8]) -> Result<(pjrt::LoadedExecutable, &'static str), pjrt::Error> {
         let Some(dir) = &self.cache_dir else {
             return Ok((self.client.compile(text, options)?, "compiled"));

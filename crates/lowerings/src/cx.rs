@@ -24,6 +24,9 @@ pub struct Cx {
     /// Parameters whose values the caller also holds in host memory (CPU index tensors), with
     /// their feed tags: checks on them run on the host before the program.
     host_params: Vec<(Value, u32)>,
+    /// A serialized module to compile instead of the printed one (a user's kernel, see
+    /// ops/custom_kernels.rs): its @main takes the params and returns the results built here.
+    pub module_override: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 /// A data-dependent check, as PyTorch's kernels make while reading indices: when it fails,
@@ -85,7 +88,7 @@ impl Default for Cx {
 
 impl Cx {
     pub fn new() -> Self {
-        Cx { b: Builder::new(), feeds: Vec::new(), checks: Vec::new(), host_params: Vec::new() }
+        Cx { b: Builder::new(), feeds: Vec::new(), checks: Vec::new(), host_params: Vec::new(), module_override: None }
     }
 
     /// A module parameter fed by the caller; `tag` says which of its inputs.

@@ -122,10 +122,15 @@ impl Drop for LoadedExecutable {
 const STACK_LIST: usize = 16;
 
 impl Client {
-    /// Compiles a StableHLO/MHLO module given as MLIR text (or bytecode).
+    /// Compiles a StableHLO/MHLO module given as MLIR text.
     /// `compile_options` is a serialized `CompileOptionsProto`, e.g. from
     /// [`compile_options_proto`]; it must not be empty.
     pub fn compile(&self, mlir: &str, compile_options: &[u8]) -> Result<LoadedExecutable> {
+        self.compile_code(mlir.as_bytes(), compile_options)
+    }
+
+    /// Compiles a module given as MLIR text or bytecode (a StableHLO portable artifact).
+    pub fn compile_code(&self, mlir: &[u8], compile_options: &[u8]) -> Result<LoadedExecutable> {
         if compile_options.is_empty() {
             return Err(Error::invalid("compile options must not be empty (see compile_options_proto)"));
         }
@@ -134,7 +139,7 @@ impl Client {
         // terminator: without one, a second unknown-op parse error crashed
         // the 0.115 CPU plugin. So hand it a NUL-terminated copy.
         let mut code = Vec::with_capacity(mlir.len() + 1);
-        code.extend_from_slice(mlir.as_bytes());
+        code.extend_from_slice(mlir);
         code.push(0);
         let mut program = ffi::PJRT_Program::new();
         // The plugin only reads `code` when compiling.

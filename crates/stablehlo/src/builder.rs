@@ -36,6 +36,8 @@ pub struct Builder {
     next_block: u32,
     pub(crate) precision: Option<Precision>,
     module_name: String,
+    /// Functions printed after @main (private; what `call` calls), by name.
+    functions: Vec<(String, String)>,
 }
 
 /// `precision_config` for dot_general and convolution. XLA on GPU may use
@@ -75,6 +77,7 @@ impl Builder {
             next_block: 1,
             precision: None,
             module_name: "m".to_string(),
+            functions: Vec::new(),
         }
     }
 
@@ -90,6 +93,15 @@ impl Builder {
     /// Precision attached to every later dot_general / convolution (`None`: omit the attribute).
     pub fn set_precision(&mut self, p: Option<Precision>) {
         self.precision = p;
+    }
+
+    /// Calls the function `name` (`func.call`), adding its definition `text` (a whole
+    /// `func.func private @name ...`, and any functions it calls) to the module on first use.
+    pub fn call(&mut self, name: &str, text: &str, operands: &[Value], result_types: &[TensorType]) -> Vec<Value> {
+        if !self.functions.iter().any(|(n, _)| n == name) {
+            self.functions.push((name.to_string(), text.to_string()));
+        }
+        self.emit("func.call", operands, &[], &format!("callee = @{name}"), result_types)
     }
 
     /// Adds the next argument of @main.
@@ -342,7 +354,12 @@ impl Builder {
             self.names(results),
             join_types(&result_types)
         ));
-        out.push_str("  }\n}\n");
+        out.push_str("  }\n");
+        for (_, text) in &self.functions {
+            out.push_str(text);
+            out.push('\n');
+        }
+        out.push_str("}\n");
         out
     }
 }

@@ -308,6 +308,40 @@ fn register_graph(
     Ok(lowerings::graph::register_graph(Graph { mutated, ..g }))
 }
 
+/// A tensor type as (dims, torch dtype code).
+type TypeSpec = (Vec<i64>, i8);
+
+fn type_spec(t: &stablehlo::TensorType) -> TypeSpec {
+    (t.dims.clone(), lowerings::DType::from_elem(t.elem) as i8)
+}
+
+fn tensor_type(spec: &TypeSpec) -> PyResult<stablehlo::TensorType> {
+    let dtype = lowerings::DType::from_code(spec.1)
+        .ok_or_else(|| pyo3::exceptions::PyValueError::new_err(format!("dtype code {} is not supported on tpu", spec.1)))?;
+    Ok(stablehlo::TensorType { elem: dtype.elem(), dims: spec.0.clone() })
+}
+
+/// Registers StableHLO text as a kernel of `torchtpu::stablehlo_kernel`: (id, its @main's
+/// parameter types, its result types).
+#[pyfunction]
+fn register_text_kernel(name: &str, text: &str) -> PyResult<(i64, Vec<TypeSpec>, Vec<TypeSpec>)> {
+    let id = lowerings::register_text_kernel(name, text).map_err(|e| match e.kind {
+        lowerings::ErrorKind::NotImplemented => pyo3::exceptions::PyNotImplementedError::new_err(e.message),
+        _ => pyo3::exceptions::PyValueError::new_err(e.message),
+    })?;
+    let k = lowerings::ops_kernel(id).expect("just registered");
+    Ok((id, k.params.iter().map(type_spec).collect(), k.results.iter().map(type_spec).collect()))
+}
+
+/// Registers a serialized module (MLIR bytecode) taking `params` and returning `results` as a
+/// kernel of `torchtpu::stablehlo_kernel`; returns its id.
+#[pyfunction]
+fn register_module_kernel(name: &str, module: Vec<u8>, params: Vec<TypeSpec>, results: Vec<TypeSpec>) -> PyResult<i64> {
+    let params = params.iter().map(tensor_type).collect::<PyResult<Vec<_>>>()?;
+    let results = results.iter().map(tensor_type).collect::<PyResult<Vec<_>>>()?;
+    Ok(lowerings::register_module_kernel(name, module, params, results))
+}
+
 /// The torch this extension was built for, with a prefix that Python finds by scanning the
 /// library file when the library cannot even load into the running torch (missing symbols).
 #[used]
@@ -360,6 +394,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(register_device, m)?)?;
     m.add_function(wrap_pyfunction!(set_torch_version, m)?)?;
     m.add_function(wrap_pyfunction!(register_graph, m)?)?;
+    m.add_function(wrap_pyfunction!(register_text_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(register_module_kernel, m)?)?;
     m.add_class::<Marker>()?;
     Ok(())
 }

@@ -119,6 +119,8 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // The newest value written into each input by a copy_ node.
     let mut written: Vec<Option<stablehlo::Value>> = vec![None; g.num_inputs];
     let outs = lower(cx, &g, inputs, &mut draws, &mut written)?;
+    // A serialized kernel is a program of its own: the compiler runs it between programs.
+    check!(cx.module_override.is_none(), Runtime, "torchtpu.compile: a serialized kernel cannot join a graph's program");
     if !writes {
         return Ok(vec![Out::List(outs)]);
     }

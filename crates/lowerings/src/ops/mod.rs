@@ -4,6 +4,7 @@ pub(crate) mod asserts;
 pub(crate) mod attention;
 pub(crate) mod complex;
 pub(crate) mod conv;
+pub mod custom_kernels;
 pub(crate) mod distance;
 pub(crate) mod elementwise;
 pub(crate) mod embedding;
