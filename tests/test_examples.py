@@ -27,3 +27,10 @@ def test_generate_example(model):
     out = run("examples/generate.py", "--model", model, "--tokens", "8")
     tokens = re.search(r"\[(.*)\]", out).group(1).split(",")
     assert len(tokens) == 5 + 8
+
+
+def test_custom_kernel_example():
+    out = run("examples/custom_kernel.py")
+    errors = {k.strip(): float(v) for k, v in re.findall(r"^(.*) max \|.*\|: (\S+)$", out, re.M)}
+    assert set(errors) == {"eager", "grad", "compiled", "pallas"}, out
+    assert all(e < 1e-3 for e in errors.values()), out
