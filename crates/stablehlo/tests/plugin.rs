@@ -44,6 +44,9 @@ fn pjrt_type(e: ElemType) -> pjrt::ElementType {
         C128 => P::C128,
         F8E4M3FN => P::F8E4M3FN,
         F8E5M2 => P::F8E5M2,
+        F8E4M3FNUZ => P::F8E4M3FNUZ,
+        F8E5M2FNUZ => P::F8E5M2FNUZ,
+        F8E8M0FNU => P::F8E8M0FNU,
     }
 }
 
