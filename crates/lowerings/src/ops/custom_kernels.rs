@@ -29,10 +29,12 @@ pub struct Kernel {
 
 static KERNELS: Mutex<Vec<Arc<Kernel>>> = Mutex::new(Vec::new());
 
-fn add(k: Kernel) -> i64 {
+/// Adds the kernel `make(id)` under the next id (the lock held: ids name renamed functions).
+fn add(make: impl FnOnce(usize) -> Result<Kernel>) -> Result<i64> {
     let mut ks = KERNELS.lock().unwrap();
-    ks.push(Arc::new(k));
-    (ks.len() - 1) as i64
+    let id = ks.len();
+    ks.push(Arc::new(make(id)?));
+    Ok(id as i64)
 }
 
 /// The registered kernel `id`.
@@ -46,25 +48,26 @@ pub fn kernel(id: i64) -> Result<Arc<Kernel>> {
 /// Registers StableHLO text (a module, or bare functions) whose `@main` is the kernel; the
 /// error says what is wrong with the text. Returns the kernel's id.
 pub fn register_text(name: &str, text: &str) -> Result<i64> {
-    let id = KERNELS.lock().unwrap().len();
     let body = strip_module(text);
     let defined = defined_functions(body);
     check!(defined.iter().any(|f| f == "main"), Value, "{}: the StableHLO text has no func.func @main", name);
     let (params, results) = signature(name, body, "main")?;
-    // Rename every function apart (they join other programs) and make it private.
-    let prefix = format!("tt_kernel{id}_");
-    let mut functions = rename_symbols(body, &defined, &prefix);
-    for vis in ["func.func public @", "func.func private @"] {
-        functions = functions.replace(vis, "func.func @");
-    }
-    functions = functions.replace("func.func @", "func.func private @");
-    Ok(add(Kernel { name: name.to_string(), code: Code::Text { functions, main: format!("{prefix}main") }, params, results }))
+    add(|id| {
+        // Rename every function apart (they join other programs) and make it private.
+        let prefix = format!("tt_kernel{id}_");
+        let mut functions = rename_symbols(body, &defined, &prefix);
+        for vis in ["func.func public @", "func.func private @"] {
+            functions = functions.replace(vis, "func.func @");
+        }
+        functions = functions.replace("func.func @", "func.func private @");
+        Ok(Kernel { name: name.to_string(), code: Code::Text { functions, main: format!("{prefix}main") }, params, results })
+    })
 }
 
 /// Registers a serialized module (MLIR bytecode or text) whose @main takes `params` and
 /// returns `results` (the caller read them from the module's container). Returns its id.
 pub fn register_module(name: &str, module: Vec<u8>, params: Vec<TensorType>, results: Vec<TensorType>) -> i64 {
-    add(Kernel { name: name.to_string(), code: Code::Module(Arc::new(module)), params, results })
+    add(|_| Ok(Kernel { name: name.to_string(), code: Code::Module(Arc::new(module)), params, results })).expect("infallible")
 }
 
 /// The text inside `module ... { ... }`, or the text itself when it is bare functions.
