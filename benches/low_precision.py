@@ -1,0 +1,66 @@
+"""Custom kernels and float8 matmuls, timed in one run:
+
+- a user's kernel call (StableHLO text, and a jax.export module) against the aten op doing the
+  same work at the same size (`torch.sin`), microseconds per cached call;
+- torch._scaled_mm (float8 operands, tensor-wise scales) against a bf16 matmul of the same size.
+  On the CPU plugin float8 is emulated, so only the GPU/TPU figures say anything about speed.
+"""
+import os
+import time
+
+import torch
+
+import torchtpu.kernels as kernels
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def per_call_us(fn, n):
+    fn()
+    torch.tpu.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            out = fn()
+        out.cpu()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+def main():
+    torch.set_num_threads(1)
+    print(f"platform: {torch.tpu.get_device_name()}")
+    x = torch.randn(4, 8, device="tpu")
+    sine = kernels.stablehlo_op("bench::sine", lambda t: f"""
+func.func @main(%x: {kernels.mlir_type(t)}) -> {kernels.mlir_type(t)} {{
+  %0 = stablehlo.sine %x : {kernels.mlir_type(t)}
+  return %0 : {kernels.mlir_type(t)}
+}}""")
+    aten = per_call_us(lambda: torch.sin(x), 5000)
+    text = per_call_us(lambda: sine(x), 5000)
+    print(f"torch.sin on 4x8, aten op              : {aten:8.2f} us/call")
+    print(f"sine on 4x8, StableHLO text kernel     : {text:8.2f} us/call  ({text / aten:.2f}x)")
+    if torch.tpu.get_device_name() == "XLA CPU":
+        module = os.path.join(ROOT, "tests", "fixtures", "custom_kernels", "scaled_sin_cpu.jaxexport")
+        scaled_sin = kernels.jax_export_op("bench::scaled_sin", module)
+        y = torch.randn(4, 8, device="tpu")
+        fused = per_call_us(lambda: x * torch.sin(y) + 1, 3000)
+        exported = per_call_us(lambda: scaled_sin(x, y), 3000)
+        print(f"x * sin(y) + 1 on 4x8, three aten ops  : {fused:8.2f} us/call")
+        print(f"the same as a jax.export module        : {exported:8.2f} us/call  ({exported / fused:.2f}x)")
+
+    n = 1024
+    a = torch.randn(n, n, device="tpu")
+    b = torch.randn(n, n, device="tpu")
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()
+    one = torch.tensor(1.0, device="tpu")
+    a16, b16 = a.bfloat16(), b.bfloat16()
+    bf16 = per_call_us(lambda: a16 @ b16, 20)
+    fp8 = per_call_us(lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16), 20)
+    print(f"{n}x{n} matmul, bf16                   : {bf16:8.1f} us/call")
+    print(f"{n}x{n} torch._scaled_mm, float8 e4m3  : {fp8:8.1f} us/call  ({bf16 / fp8:.2f}x the bf16 speed)")
+
+
+if __name__ == "__main__":
+    main()
