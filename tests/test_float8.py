@@ -274,3 +274,49 @@ def test_scaled_mm_errors(name):
         BAD_CALLS[name](a, b, torch.tensor(1.0))
     except Exception as ref:  # noqa: BLE001
         assert str(e) == str(ref)
+
+
+# ---- F.scaled_mm (torch._scaled_mm_v2) --------------------------------------------------------
+
+F = torch.nn.functional
+
+
+def f_scaled_mm(*args, **kwargs):
+    ref = F.scaled_mm(*args, **kwargs)
+    move = lambda v: v.to(TPU) if isinstance(v, torch.Tensor) else v  # noqa: E731
+    got = F.scaled_mm(*map(move, args), **{k: move(v) for k, v in kwargs.items()})
+    return got.cpu(), ref
+
+
+@pytest.mark.skipif(not hasattr(F, "scaled_mm"), reason="F.scaled_mm is newer than this torch")
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("output_dtype", [torch.bfloat16, torch.float32, None], ids=str)
+def test_functional_scaled_mm(recipe, output_dtype):
+    a, b = operands(16, 32, 24)
+    if recipe == "tensorwise":
+        sa, sb, r = torch.tensor(0.2), torch.tensor(0.4), F.ScalingType.TensorWise
+    else:
+        sa, sb, r = torch.rand(16, 1) + 0.1, torch.rand(1, 24) + 0.1, F.ScalingType.RowWise
+    close(*f_scaled_mm(a, b, sa, r, sb, r, output_dtype=output_dtype))
+    close(*f_scaled_mm(a, b, sa, r, sb, r, bias=torch.randn(24).to(output_dtype or torch.bfloat16),
+                       output_dtype=output_dtype or torch.bfloat16))
+
+
+@pytest.mark.skipif(not hasattr(F, "scaled_mm"), reason="F.scaled_mm is newer than this torch")
+def test_functional_scaled_mm_errors():
+    a, b = operands(8, 16, 12)
+    one, TW = torch.tensor(1.0), F.ScalingType.TensorWise
+    bad = {
+        "3-d": lambda a, b, s: F.scaled_mm(a[None], b, s, TW, s, TW),
+        "float a": lambda a, b, s: F.scaled_mm(a.float(), b, s, TW, s, TW),
+        "shapes": lambda a, b, s: F.scaled_mm(a, a, s, TW, s, TW),
+        "bias dtype": lambda a, b, s: F.scaled_mm(a, b, s, TW, s, TW, bias=torch.ones(12, dtype=torch.int32, device=a.device)),
+        "bias size": lambda a, b, s: F.scaled_mm(a, b, s, TW, s, TW, bias=torch.ones(5, device=a.device)),
+        "mixed recipes": lambda a, b, s: F.scaled_mm(a, b, s, TW, torch.ones(1, 12, device=a.device), F.ScalingType.RowWise),
+    }
+    for name, fn in bad.items():
+        e = check_error(fn, a, b, one)
+        try:
+            fn(a, b, one)
+        except Exception as ref:  # noqa: BLE001
+            assert str(e) == str(ref), name

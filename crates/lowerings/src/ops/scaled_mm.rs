@@ -1,17 +1,18 @@
-//! Scaled float8 matrix products (`torch._scaled_mm`), what float8 training and inference
-//! recipes call: one dot_general on the float8 operands, summed in float32, then the scales.
-//! PyTorch's CPU kernel (the reference) scales the operands first and multiplies in float32;
-//! the scales factor out of each row's and column's sum, so both agree to float32 rounding.
+//! Scaled float8 matrix products (`torch._scaled_mm`, `F.scaled_mm`), what float8 training and
+//! inference recipes call: one dot_general on the float8 operands, summed in float32, then the
+//! scales. PyTorch's CPU kernel (the reference) scales the operands first and multiplies in
+//! float32; the scales factor out of each row's and column's sum, so both agree to float32
+//! rounding.
 use crate::args::{Args, Tensor};
 use crate::blocks::contract::contract;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{check, one, op, Op, Out};
+use crate::{bail, check, one, op, Op, Out};
 use stablehlo::Value;
 
-pub(crate) const OPS: &[Op] = &[op("_scaled_mm", scaled_mm)];
+pub(crate) const OPS: &[Op] = &[op("_scaled_mm", scaled_mm), op("_scaled_mm_v2", scaled_mm_v2)];
 
 fn is_float8(d: DType) -> bool {
     use DType::*;
@@ -106,7 +107,98 @@ fn scaled_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(n == bd[1], Runtime, "Bias must be size {} but got {}", bd[1], n);
     }
 
-    let (m, n) = (ad[0], bd[1]);
+    // PyTorch applies scale_result (as its reciprocal) only for a float8 out_dtype it was given.
+    let scale_result = scale_result.filter(|_| matches!(out_dtype, Some(DType::F8E4M3FN | DType::F8E5M2)));
+    one(scaled_product(cx, &a, &b, scaling, &sa, &sb, bias, scale_result, out_dtype.unwrap_or(a.dtype)))
+}
+
+/// (self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], swizzle_b[], bias?,
+/// out_dtype?, contraction_dim[], use_fast_accum) -> Tensor: `F.scaled_mm`. Tensor-wise and
+/// row-wise recipes, as PyTorch's CPU kernel; swizzles are ignored there too.
+fn scaled_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let a = args.tensor("self")?;
+    let b = args.tensor("mat2")?;
+    let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
+    check!(ad.len() == 2, Value, "mat_a must be a matrix");
+    check!(bd.len() == 2, Value, "mat_b must be a matrix");
+    check!(
+        is_float8(a.dtype) && is_float8(b.dtype),
+        Value,
+        "Expected both inputs to be fp8 or fp4 types but got mat_a.dtype={} and mat_b.dtype={}",
+        a.dtype.torch_name(),
+        b.dtype.torch_name()
+    );
+    let contraction = args.ints("contraction_dim")?;
+    check!(
+        contraction.is_empty() || contraction == [1, 0],
+        NotImplemented,
+        "torchtpu: _scaled_mm_v2 with contraction_dim={:?} is not supported yet",
+        contraction
+    );
+    check!(
+        ad[1] == bd[0],
+        Value,
+        "mat_a and mat_b shapes cannot be multiplied ({}x{} and {}x{})",
+        ad[0],
+        ad[1],
+        bd[0],
+        bd[1]
+    );
+    let bias = args.opt_tensor("bias")?;
+    if let Some(bias) = &bias {
+        let n = cx.numel(bias.v);
+        check!(n == bd[1], Value, "Bias must be size {} but got {}", bd[1], n);
+        check!(
+            matches!(bias.dtype, DType::F32 | DType::BF16 | DType::F16),
+            Value,
+            "Bias must be Float32 or BFloat16 or Half, but got {}",
+            bias.dtype.torch_name()
+        );
+    }
+    let (sa, sb) = (args.tensors("scale_a")?, args.tensors("scale_b")?);
+    let (ra, rb) = (args.ints("recipe_a")?, args.ints("recipe_b")?);
+    // PyTorch's ScalingType numbering: 0 TensorWise, 1 RowWise.
+    let scaling = match (ra.as_slice(), rb.as_slice(), sa.as_slice(), sb.as_slice()) {
+        ([0], [0], [x], [y]) if x.dtype == DType::F32 && y.dtype == DType::F32 && cx.numel(x.v) == 1 && cx.numel(y.v) == 1 => {
+            Some(Scaling::TensorWise)
+        }
+        ([1], [1], [x], [y]) if x.dtype == DType::F32 && y.dtype == DType::F32 => {
+            let (xd, yd) = (cx.dims(x.v), cx.dims(y.v));
+            check!(xd == [ad[0], 1], Value, "scale_a must have shape [{}, 1], got [{}]", ad[0], shape_str(&xd));
+            check!(yd == [1, bd[1]], Value, "scale_b must have shape [1, {}], got [{}]", bd[1], shape_str(&yd));
+            Some(Scaling::RowWise)
+        }
+        _ => None,
+    };
+    let Some(scaling) = scaling else {
+        bail!(
+            Value,
+            "Invalid scaling configuration for _scaled_mm_v2: unsupported recipe(s). Got mat_a.dtype={}, \
+             mat_b.dtype={}, recipe_a.size()={}, recipe_b.size()={}",
+            a.dtype.torch_name(),
+            b.dtype.torch_name(),
+            ra.len(),
+            rb.len()
+        );
+    };
+    let out_dtype = args.dtype("out_dtype")?.unwrap_or(a.dtype);
+    one(scaled_product(cx, &a, &b, scaling, &sa[0], &sb[0], bias, None, out_dtype))
+}
+
+/// (a @ b) * scales (+ bias) (/ scale_result), in float32, as `out_dtype`.
+#[allow(clippy::too_many_arguments)]
+fn scaled_product(
+    cx: &mut Cx,
+    a: &Tensor,
+    b: &Tensor,
+    scaling: Scaling,
+    sa: &Tensor,
+    sb: &Tensor,
+    bias: Option<Tensor>,
+    scale_result: Option<Tensor>,
+    out_dtype: DType,
+) -> Value {
+    let (m, n) = (cx.dims(a.v)[0], cx.dims(b.v)[1]);
     let product = if a.dtype == b.dtype {
         contract(cx, a.v, b.v, (&[], &[]), (&[1], &[0]))
     } else {
@@ -128,15 +220,14 @@ fn scaled_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         let bias = cx.b.broadcast_to(bias, &[m, n]);
         out = cx.b.add(out, bias);
     }
-    // PyTorch applies scale_result (as its reciprocal) only for a float8 out_dtype it was given.
-    if let (Some(r), Some(DType::F8E4M3FN | DType::F8E5M2)) = (scale_result, out_dtype) {
+    if let Some(r) = scale_result {
         let r = as_scalar(cx, r.v);
         let one_ = cx.full(1.0, DType::F32, &[]);
         let inv = cx.b.div(one_, r);
         let inv = cx.b.broadcast_to(inv, &[m, n]);
         out = cx.b.mul(out, inv);
     }
-    one(cx.cast(out, out_dtype.unwrap_or(a.dtype)))
+    cx.cast(out, out_dtype)
 }
 
 /// A one-element tensor as a 0-d value.
