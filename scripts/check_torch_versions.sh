@@ -2,7 +2,7 @@
 # Builds torchtpu against each supported torch release, each in a venv of its own
 # (.venv-torch<X.Y>), installs it there the way a user would (pip install --no-build-isolation .)
 # and runs a smoke subset of the tests: device basics, elementwise ops, torch.compile, a Llama,
-# and the version checks. Prints a table of results (also written to target/torch-versions.md).
+# float8 (whose conversions differ between releases) and the version checks. Prints a table of results (also written to target/torch-versions.md).
 #
 #   bash scripts/check_torch_versions.sh              # every minor release from 2.11 to 2.15
 #   bash scripts/check_torch_versions.sh 2.11 2.15    # some of them
@@ -12,7 +12,7 @@ PY=${PYTHON:-python3}
 declare -A RELEASE=([2.11]=2.11.0 [2.12]=2.12.1 [2.13]=2.13.0 [2.14]=2.14.0 [2.15]=2.15.0)
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(2.11 2.12 2.13 2.14 2.15)
-SMOKE=(tests/test_device.py tests/test_elementwise.py tests/test_compile.py tests/test_torch_versions.py
+SMOKE=(tests/test_device.py tests/test_elementwise.py tests/test_compile.py tests/test_torch_versions.py tests/test_float8.py
        "tests/test_models.py::test_causal_lm_logits_and_generation[Llama]"
        "tests/test_models.py::test_causal_lm_training_matches_cpu[Llama-compiled]")
 mkdir -p target

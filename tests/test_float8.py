@@ -149,9 +149,40 @@ def operands(m, k, n, a_dtype=E4M3, b_dtype=E4M3, b_col_major=True):
     return a, b
 
 
+def emulated(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, **_):
+    """What PyTorch's CPU kernel computes (torch 2.14): scaled operands multiplied in float32."""
+    out = (a.float() * scale_a) @ (b.float() * scale_b)
+    if bias is not None:
+        out = out + bias.float()
+    if scale_result is not None and out_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        out = out * (1 / scale_result)
+    return out.to(out_dtype or a.dtype)
+
+
+def _cpu_has_rowwise():
+    a = torch.ones(2, 2).to(E4M3)
+    try:
+        torch._scaled_mm(a, a.t(), torch.ones(2, 1), torch.ones(1, 2), out_dtype=torch.float32)
+        return True
+    except RuntimeError:
+        return False
+
+
+# torch 2.11's CPU _scaled_mm is tensor-wise only, with older messages (its CUDA kernel has
+# row-wise scales): tpu follows the newer CPU kernel, and the CUDA one. Where CPU cannot run a
+# call, the reference is its arithmetic, emulated here.
+CPU_ROWWISE = _cpu_has_rowwise()
+NEW_CPU_KERNEL = pytest.mark.skipif(not CPU_ROWWISE, reason="this torch's CPU _scaled_mm predates row-wise scales")
+
+
 def scaled_mm(*args, **kwargs):
     """_scaled_mm on CPU and on tpu (tensors moved, non-contiguous layouts kept)."""
-    ref = torch._scaled_mm(*args, **kwargs)
+    try:
+        ref = torch._scaled_mm(*args, **kwargs)
+    except RuntimeError:
+        if CPU_ROWWISE:
+            raise
+        ref = emulated(*args, **kwargs)
     move = lambda v: v.to(TPU) if isinstance(v, torch.Tensor) else v  # noqa: E731
     got = torch._scaled_mm(*map(move, args), **{k: move(v) for k, v in kwargs.items()})
     return got.cpu(), ref
@@ -240,7 +271,7 @@ def test_scaled_mm_compiled():
     def f(a, b, sa, sb):
         return torch.relu(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)) * 2
 
-    ref = f(a, b, sa, sb)
+    ref = f(a, b, sa, sb) if CPU_ROWWISE else torch.relu(emulated(a, b, sa, sb, out_dtype=torch.bfloat16)) * 2
     got = torch.compile(f, backend="tpu")(a.to(TPU), b.to(TPU), sa.to(TPU), sb.to(TPU))
     close(got.cpu(), ref)
 
@@ -266,6 +297,7 @@ BAD_CALLS = {
 }
 
 
+@NEW_CPU_KERNEL
 @pytest.mark.parametrize("name", sorted(BAD_CALLS))
 def test_scaled_mm_errors(name):
     a, b = operands(8, 16, 12)
@@ -281,8 +313,12 @@ def test_scaled_mm_errors(name):
 F = torch.nn.functional
 
 
-def f_scaled_mm(*args, **kwargs):
-    ref = F.scaled_mm(*args, **kwargs)
+def f_scaled_mm(a, b, sa, ra, sb, rb, bias=None, output_dtype=torch.bfloat16):
+    try:
+        ref = F.scaled_mm(a, b, sa, ra, sb, rb, bias=bias, output_dtype=output_dtype)
+    except NotImplementedError:  # torch 2.11 has no CPU kernel for it
+        ref = emulated(a, b, sa, sb, bias, out_dtype=output_dtype)
+    args, kwargs = (a, b, sa, ra, sb, rb), dict(bias=bias, output_dtype=output_dtype)
     move = lambda v: v.to(TPU) if isinstance(v, torch.Tensor) else v  # noqa: E731
     got = F.scaled_mm(*map(move, args), **{k: move(v) for k, v in kwargs.items()})
     return got.cpu(), ref
@@ -302,6 +338,7 @@ def test_functional_scaled_mm(recipe, output_dtype):
                        output_dtype=output_dtype or torch.bfloat16))
 
 
+@NEW_CPU_KERNEL
 @pytest.mark.skipif(not hasattr(F, "scaled_mm"), reason="F.scaled_mm is newer than this torch")
 def test_functional_scaled_mm_errors():
     a, b = operands(8, 16, 12)
