@@ -260,7 +260,6 @@ impl Cx {
         if dtype == DType::F8E8M0FNU {
             return self.to_e8m0(v);
         }
-
         if let Some((mant, emin)) = float8_grid(dtype).filter(|_| !from.is_complex()) {
             return self.to_float8(v, dtype, mant, emin);
         }
@@ -357,27 +356,29 @@ impl Cx {
     fn from_e8m0(&mut self, v: Value, wide: bool) -> Value {
         let dims = self.dims(v);
         let byte = self.b.bitcast_convert(v, ElemType::U8);
-        let (uint, float, mant, tiny, nan) = if wide {
-            (DType::U64, ElemType::F64, 52, (1023 - 127) << 52, 0x7FF8_0000_0000_0000_u64 as i64)
+        let (uint, float, mant, nan) = if wide {
+            (DType::U64, ElemType::F64, 52, 0x7FF8_0000_0000_0000_u64 as i64)
         } else {
-            (DType::U32, ElemType::F32, 23, 0x40_0000, 0x7FC0_0000)
+            (DType::U32, ElemType::F32, 23, 0x7FC0_0000)
         };
         let e = self.cast(byte, uint);
         let u = |cx: &mut Cx, k: i64| {
             let c = cx.b.constant_i64(k, uint.elem());
             cx.b.broadcast_in_dim(c, &dims, &[])
         };
-        let (shift, zero, c_ff, c_tiny, c_nan) = (u(self, mant), u(self, 0), u(self, 0xFF), u(self, tiny), u(self, nan));
-        // float32: the exponent field is the byte (0 is the subnormal 2^-127); float64: rebias.
-        let field = if wide {
+        let (shift, c_ff, c_nan) = (u(self, mant), u(self, 0xFF), u(self, nan));
+        let bits = if wide {
+            // Rebias the exponent: every byte is a normal float64.
             let rebias = u(self, 1023 - 127);
-            self.b.add(e, rebias)
+            let field = self.b.add(e, rebias);
+            self.b.shift_left(field, shift)
         } else {
-            e
+            // The byte is the float32 exponent field; 0 is the subnormal 2^-127.
+            let normal = self.b.shift_left(e, shift);
+            let (zero, tiny) = (u(self, 0), u(self, 0x40_0000));
+            let is_zero = self.b.compare(CmpDir::Eq, e, zero);
+            self.b.select(is_zero, tiny, normal)
         };
-        let normal = self.b.shift_left(field, shift);
-        let is_zero = self.b.compare(CmpDir::Eq, e, zero);
-        let bits = if wide { normal } else { self.b.select(is_zero, c_tiny, normal) };
         let is_nan = self.b.compare(CmpDir::Eq, e, c_ff);
         let bits = self.b.select(is_nan, c_nan, bits);
         self.b.bitcast_convert(bits, float)
@@ -439,6 +440,18 @@ pub fn is_floating_or_complex(d: DType) -> bool {
     d.is_float() || d.is_complex()
 }
 
+/// (mantissa bits, exponent of the smallest normal) of the float8 formats rounded by
+/// `Cx::to_float8` (E8M0 has its own conversion).
+fn float8_grid(d: DType) -> Option<(i64, i32)> {
+    match d {
+        DType::F8E4M3FN => Some((3, -6)),
+        DType::F8E5M2 => Some((2, -14)),
+        DType::F8E4M3FNUZ => Some((3, -7)),
+        DType::F8E5M2FNUZ => Some((2, -15)),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -491,14 +504,3 @@ mod tests {
     }
 }
 
-/// (mantissa bits, exponent of the smallest normal) of the float8 formats rounded by
-/// `Cx::to_float8` (E8M0 has its own conversion).
-fn float8_grid(d: DType) -> Option<(i64, i32)> {
-    match d {
-        DType::F8E4M3FN => Some((3, -6)),
-        DType::F8E5M2 => Some((2, -14)),
-        DType::F8E4M3FNUZ => Some((3, -7)),
-        DType::F8E5M2FNUZ => Some((2, -15)),
-        _ => None,
-    }
-}
