@@ -87,17 +87,23 @@ fn is_symbol_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '$' | '-')
 }
 
-/// The names of the functions the text defines (`func.func [public|private] @name`).
-fn defined_functions(text: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    for part in text.split("func.func").skip(1) {
-        let rest = part.trim_start();
+/// The functions the text defines (`func.func [public|private] @name`): (name, the text from
+/// its `@`).
+fn definitions(text: &str) -> Vec<(String, &str)> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("func.func") {
+        let rest = text[at + "func.func".len()..].trim_start();
         let rest = rest.strip_prefix("public").or_else(|| rest.strip_prefix("private")).unwrap_or(rest).trim_start();
         if let Some(sym) = rest.strip_prefix('@') {
-            names.push(sym.chars().take_while(|&c| is_symbol_char(c)).collect());
+            found.push((sym.chars().take_while(|&c| is_symbol_char(c)).collect(), &rest[..]));
         }
     }
-    names
+    found
+}
+
+/// The names of the functions the text defines.
+fn defined_functions(text: &str) -> Vec<String> {
+    definitions(text).into_iter().map(|(name, _)| name).collect()
 }
 
 /// Every `@name` of a defined function, definitions and references, as `@{prefix}name`.
@@ -121,14 +127,11 @@ fn rename_symbols(text: &str, defined: &[String], prefix: &str) -> String {
     out
 }
 
-/// Parameter and result types of function `func` in `text`.
+/// Parameter and result types of function `func` in `text` (which defines it).
 fn signature(name: &str, text: &str, func: &str) -> Result<(Vec<TensorType>, Vec<TensorType>)> {
-    let start = text
-        .match_indices('@')
-        .map(|(i, _)| i)
-        .find(|&i| text[i + 1..].starts_with(func) && !text[i + 1 + func.len()..].starts_with(is_symbol_char))
-        .expect("the function is defined");
-    let header = &text[start..];
+    let Some((_, header)) = definitions(text).into_iter().find(|(n, _)| n == func) else {
+        bail!(Value, "{}: the StableHLO text has no func.func @{}", name, func);
+    };
     let body_open = header.find('{').unwrap_or(header.len());
     // Attributes of arguments and results hold braces too: the header ends at the brace after
     // the result list's closing parenthesis or type.
@@ -285,6 +288,13 @@ mod tests {
         assert!(functions.contains(&format!("func.func private @tt_kernel{id}_main(")));
         assert!(functions.contains(&format!("call @tt_kernel{id}_helper(")));
         assert!(!functions.contains("module"));
+    }
+
+    #[test]
+    fn the_signature_is_read_from_the_definition() {
+        let text = "// @main(%x: tensor<1xi8>) is below\nfunc.func @main(%x: tensor<3xbf16>) -> tensor<3xbf16> {\n  return %x : tensor<3xbf16>\n}";
+        let k = kernel(register_text("test::sig", text).unwrap()).unwrap();
+        assert_eq!(k.params, vec![TensorType::new(ElemType::BF16, &[3])]);
     }
 
     #[test]
