@@ -148,9 +148,9 @@ class _ModuleKernelOp(KernelOp):
         return [*(x.to(inputs[0].device if inputs else "tpu") for x in self._leading), *dense]
 
 
-def _text_schema(text):
-    """`(Tensor x0, ...) -> Tensor` (or a tuple) from the kernel's @main."""
-    _id, params, results = _C.register_text_kernel("torchtpu.kernels", text)
+def _text_schema(qualname, text):
+    """`(Tensor x0, ...) -> Tensor` (or a tuple) from the kernel's @main (errors name the op)."""
+    _id, params, results = _C.register_text_kernel(qualname, text)
     return _schema(len(params), len(results))
 
 
@@ -174,7 +174,7 @@ def stablehlo_op(qualname, text, *, schema=None, fake=None):
         if callable(text):
             schema = _schema(len(inspect.signature(text).parameters), 1)
         else:
-            schema = _text_schema(text)
+            schema = _text_schema(qualname, text)
     return _TextKernelOp(qualname, text, schema, fake)
 
 
