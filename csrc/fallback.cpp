@@ -43,24 +43,22 @@ const TtResult* check(const TtResult* r) {
 // ---- the float32 matmul precision ------------------------------------------------------------
 
 namespace {
-// torch.get_float32_matmul_precision() as at::Float32MatmulPrecision numbers it. PyTorch
-// refuses to answer when the legacy and the new (fp32_precision) settings were mixed; then the
-// new CUDA matmul setting decides, as it would for a CUDA matmul.
-int32_t float32_matmul_precision() {
-  auto& ctx = at::globalContext();
-  try {
-    return static_cast<int32_t>(ctx.float32MatmulPrecision());
-  } catch (const c10::Error&) {
-    bool tf32 = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == at::Float32Precision::TF32;
-    return tf32 ? 1 : 0;
-  }
-}
-
-// Tells the engine when the setting changed since the last call (it keys programs by it).
+// Tells the engine when torch.get_float32_matmul_precision() changed (it keys programs by it).
+// PyTorch refuses to answer when the legacy and the new (fp32_precision) settings were mixed;
+// then the new CUDA matmul setting decides, as it would for a CUDA matmul.
 void sync_float32_matmul_precision() {
   static std::atomic<int32_t> sent{0};
-  int32_t now = float32_matmul_precision();
-  if (sent.exchange(now, std::memory_order_relaxed) != now) tt_set_float32_matmul_precision(now);
+  auto& ctx = at::globalContext();
+  int32_t now;
+  try {
+    now = static_cast<int32_t>(ctx.float32MatmulPrecision());
+  } catch (const c10::Error&) {
+    now = ctx.float32Precision(at::Float32Backend::CUDA, at::Float32Op::MATMUL) == at::Float32Precision::TF32;
+  }
+  if (sent.load(std::memory_order_relaxed) != now) {
+    sent.store(now, std::memory_order_relaxed);
+    tt_set_float32_matmul_precision(now);
+  }
 }
 }  // namespace
 
@@ -298,6 +296,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t nargs = schema.arguments().size();
   auto inputs = torch::jit::last(*stack, nargs);
 
+  sync_float32_matmul_precision();
   const TtResult* r = nullptr;
   // Each retry resizes one out= argument; there are at most nargs of them.
   for (size_t attempt = 0; attempt <= nargs; attempt++) {
@@ -317,7 +316,6 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         a.n.i2 = (int64_t)offset;
       }
     }
-    sync_float32_matmul_precision();
     r = tt_op_call(id, f.args.data(), f.args.size());
     if (r->status == TT_ERR_NO_LOWERING && cpu_fallback_enabled()) {
       run_on_cpu(op, stack);

@@ -8,7 +8,7 @@ use crate::blocks::contract::contract;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result, TorchError};
 use crate::{bail, check, one, op, Op, Out};
 use stablehlo::Value;
 
@@ -50,8 +50,7 @@ fn joint_scaling(cx: &Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor) -> R
         return Ok(Scaling::RowWise);
     }
     let (ss, sbs) = (strides(&sad), strides(&sbd));
-    check!(
-        false,
+    bail!(
         Value,
         "Invalid scaling configuration.\n\
          - For TensorWise scaling, a and b should be float8, scales should be float and singletons.\n\
@@ -70,7 +69,6 @@ fn joint_scaling(cx: &Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor) -> R
         shape_str(&sbd),
         shape_str(&sbs)
     );
-    unreachable!()
 }
 
 /// (self, mat2, scale_a, scale_b, bias?, scale_result?, out_dtype?, use_fast_accum) -> Tensor.
@@ -87,26 +85,13 @@ fn scaled_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(d == out.dtype, Value, "out_dtype must match output matrix type");
     }
     let scaling = joint_scaling(cx, &a, &b, &sa, &sb)?;
-    let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
-    check!(
-        ad[1] == bd[0],
-        Runtime,
-        "mat_a and mat_b shapes cannot be multiplied ({}x{} and {}x{})",
-        ad[0],
-        ad[1],
-        bd[0],
-        bd[1]
-    );
+    check_product_shapes(cx, &a, &b, ErrorKind::Runtime)?;
     let scale_result = args.opt_tensor("scale_result")?;
     if let Some(r) = &scale_result {
         check!(cx.numel(r.v) == 1 && r.dtype == DType::F32, Runtime, "scale_result must be a float scalar");
     }
     let bias = args.opt_tensor("bias")?;
-    if let Some(bias) = &bias {
-        let n = cx.numel(bias.v);
-        check!(n == bd[1], Runtime, "Bias must be size {} but got {}", bd[1], n);
-    }
-
+    check_bias_size(cx, &b, bias.as_ref(), ErrorKind::Runtime)?;
     // PyTorch applies scale_result (as its reciprocal) only for a float8 out_dtype it was given.
     let scale_result = scale_result.filter(|_| matches!(out_dtype, Some(DType::F8E4M3FN | DType::F8E5M2)));
     one(scaled_product(cx, &a, &b, scaling, &sa, &sb, bias, scale_result, out_dtype.unwrap_or(a.dtype)))
@@ -135,19 +120,10 @@ fn scaled_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         "torchtpu: _scaled_mm_v2 with contraction_dim={:?} is not supported yet",
         contraction
     );
-    check!(
-        ad[1] == bd[0],
-        Value,
-        "mat_a and mat_b shapes cannot be multiplied ({}x{} and {}x{})",
-        ad[0],
-        ad[1],
-        bd[0],
-        bd[1]
-    );
+    check_product_shapes(cx, &a, &b, ErrorKind::Value)?;
     let bias = args.opt_tensor("bias")?;
+    check_bias_size(cx, &b, bias.as_ref(), ErrorKind::Value)?;
     if let Some(bias) = &bias {
-        let n = cx.numel(bias.v);
-        check!(n == bd[1], Value, "Bias must be size {} but got {}", bd[1], n);
         check!(
             matches!(bias.dtype, DType::F32 | DType::BF16 | DType::F16),
             Value,
@@ -183,6 +159,26 @@ fn scaled_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     };
     let out_dtype = args.dtype("out_dtype")?.unwrap_or(a.dtype);
     one(scaled_product(cx, &a, &b, scaling, &sa[0], &sb[0], bias, None, out_dtype))
+}
+
+/// PyTorch's check that a (M, K) and b (K, N) multiply; `_scaled_mm` raises it as a
+/// RuntimeError, `_scaled_mm_v2` as a ValueError.
+fn check_product_shapes(cx: &Cx, a: &Tensor, b: &Tensor, kind: ErrorKind) -> Result<()> {
+    let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
+    if ad[1] != bd[0] {
+        let message = format!("mat_a and mat_b shapes cannot be multiplied ({}x{} and {}x{})", ad[0], ad[1], bd[0], bd[1]);
+        return Err(TorchError::new(kind, message));
+    }
+    Ok(())
+}
+
+/// A bias has one element per column of the product.
+fn check_bias_size(cx: &Cx, b: &Tensor, bias: Option<&Tensor>, kind: ErrorKind) -> Result<()> {
+    let (n, got) = (cx.dims(b.v)[1], bias.map_or(0, |t| cx.numel(t.v)));
+    if bias.is_some() && got != n {
+        return Err(TorchError::new(kind, format!("Bias must be size {n} but got {got}")));
+    }
+    Ok(())
 }
 
 /// (a @ b) * scales (+ bias) (/ scale_result), in float32, as `out_dtype`.
