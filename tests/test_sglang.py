@@ -7,6 +7,7 @@ transformers); skipped where SGLang is not installed."""
 import sys
 
 import pytest
+import torch
 
 sglang = pytest.importorskip("sglang")
 
@@ -26,9 +27,11 @@ ENGINE_ARGS = dict(device="tpu", dtype="float32", max_total_tokens=2048, max_run
 # other engine may be alive then (the module's Llama engine starts after this test).
 def test_greedy_tokens_equal_hugging_face_qwen2(tmp_path):
     model, tok = save_tiny("Qwen2", tmp_path)
-    engine = sglang.Engine(model_path=str(tmp_path), **ENGINE_ARGS)
+    # Chunks of 64 tokens: the 100-token prompt's second chunk attends to its first.
+    engine = sglang.Engine(model_path=str(tmp_path), **{**ENGINE_ARGS, "chunked_prefill_size": 64})
     try:
-        ids = [tok(p).input_ids for p in PROMPTS]
+        assert engine.get_server_info()["attention_backend"] == "torchtpu_paged"  # the platform's default
+        ids = [tok(p).input_ids for p in PROMPTS] + [[4 + (i * 7) % 60 for i in range(100)]]
         outs = engine.generate(input_ids=ids, sampling_params=greedy(8))
         for prompt, out in zip(ids, outs):
             assert out["output_ids"] == hf_greedy(model, prompt, 8), prompt
@@ -93,3 +96,61 @@ def test_launch_server_answers_the_openai_client(llama):
          "127.0.0.1", "--port", str(port), "--dtype", "float32", "--context-length", "128", "--max-total-tokens",
          "2048", "--max-running-requests", "8", "--served-model-name", "tiny"],
         path / "server.log", port, model, tok, PROMPTS)
+
+
+# ---- the batched attention backend against SGLang's per-request one ---------------------------
+
+def _backend_case(device, causal_lens):
+    """A KV pool, a request-to-token table and a batch of three requests, (prefix, new tokens) each."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(0)
+    pool, ctx = 96, 40
+    k_cache, v_cache = torch.randn(pool, 2, 8, generator=g), torch.randn(pool, 2, 8, generator=g)
+    req_to_token = torch.randint(0, pool, (5, ctx), generator=g, dtype=torch.int32)  # 5 request rows
+    prefixes, news = zip(*causal_lens)
+    seq_lens = torch.tensor([p + n for p, n in causal_lens])
+    pool_indices = torch.tensor([3, 0, 4])
+    query = torch.randn(sum(news), 4, 8, generator=g)
+    runner = SimpleNamespace(device=torch.device(device), req_to_token_pool=SimpleNamespace(req_to_token=req_to_token.to(device)),
+                             token_to_kv_pool=None)
+    batch = SimpleNamespace(batch_size=3, seq_lens=seq_lens.to(device), seq_lens_cpu=seq_lens,
+                            req_pool_indices=pool_indices.to(device), req_pool_indices_cpu=pool_indices,
+                            extend_prefix_lens=torch.tensor(prefixes).to(device), extend_seq_lens=torch.tensor(news).to(device),
+                            extend_seq_lens_cpu=list(news), extend_prefix_lens_cpu=list(prefixes), encoder_lens=None,
+                            out_cache_loc=None)
+    return runner, batch, [t.to(device) for t in (query, k_cache, v_cache)]
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["extend", "decode"])
+@pytest.mark.parametrize("window", [None, 3])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_batched_attention_equals_sglangs_per_request_attention(decode, window, causal):
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+    from sglang.srt.model_executor.forward_batch_info import ForwardMode
+
+    from torchtpu.sglang.attention import TpuPagedAttnBackend
+
+    if not causal and (decode or window):
+        pytest.skip("SGLang's decode, and its sliding windows, are causal only")
+    # A fresh prompt, a chunk after a 7-token prefix, a one-token step after 30.
+    lens = [(4, 1), (11, 1), (30, 1)] if decode else [(0, 5), (7, 6), (30, 1)]
+    results = []
+    for device, cls in (("cpu", TorchNativeAttnBackend), ("tpu", TpuPagedAttnBackend)):
+        runner, batch, (query, k_cache, v_cache) = _backend_case(device, lens)
+        batch.forward_mode = ForwardMode.DECODE if decode else ForwardMode.EXTEND
+        backend = cls(runner)
+        backend.init_forward_metadata(batch)
+        out = torch.zeros_like(query)
+        common = dict(scaling=0.3, enable_gqa=True, sliding_window_size=window)
+        table = runner.req_to_token_pool.req_to_token
+        if decode:
+            backend._run_sdpa_forward_decode(query, out, k_cache, v_cache, table, batch.req_pool_indices,
+                                             batch.seq_lens, causal=False, **common)
+        else:
+            backend._run_sdpa_forward_extend(query, out, k_cache, v_cache, table, batch.req_pool_indices,
+                                             batch.seq_lens, batch.extend_prefix_lens, batch.extend_seq_lens,
+                                             causal=causal, **common)
+        results.append(out.cpu())
+    torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-5)
+

@@ -2,8 +2,9 @@
 raises an ImportError naming both versions and the rebuild command, never registers half a
 device, and leaves `import torch` working (autoload warns instead of failing).
 
-The cross-version tests use the venvs that scripts/check_torch_versions.sh makes
-(.venv-torch<X.Y> beside the checkout, each with a torchtpu wheel built for its torch)."""
+The cross-version tests use the venvs beside the checkout that hold another torch release and a
+torchtpu built for it: those scripts/check_torch_versions.sh makes (.venv-torch<X.Y>) and
+SGLang's (.venv-sglang, torch 2.14.1)."""
 import glob
 import os
 import shutil
@@ -37,7 +38,9 @@ def _other_torch_venvs():
     """(python, torch version) of sibling venvs whose torch release differs from ours and that
     have their own torchtpu installed (its autoload entry point is what warns there)."""
     found = []
-    for py in sorted(glob.glob(os.path.join(ROOT, ".venv-torch*", "bin", "python"))):
+    pythons = glob.glob(os.path.join(ROOT, ".venv-torch*", "bin", "python"))
+    pythons += glob.glob(os.path.join(ROOT, ".venv-sglang", "bin", "python"))
+    for py in sorted(pythons):
         out = subprocess.run([py, "-c", "import importlib.metadata as m; m.version('torchtpu'); print(m.version('torch'))"],
                              capture_output=True, text=True, env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
         if out.returncode == 0 and _extension.release(out.stdout.strip()) != _extension.release(torch.__version__):
@@ -95,7 +98,7 @@ def test_this_build_refuses_another_torch(tmp_path):
     """This torchtpu, imported by a python that has another torch release."""
     others = _other_torch_venvs()
     if not others:
-        pytest.skip("no .venv-torch<X.Y> with another torch (scripts/check_torch_versions.sh makes them)")
+        pytest.skip("no venv with another torch (scripts/check_torch_versions.sh makes them)")
     parent = _copy_package(os.path.dirname(torchtpu.__file__), tmp_path)
     for python, version in others:
         _check_refused(_probe(python, parent), torchtpu._C.built_with_torch(), version)
@@ -105,7 +108,7 @@ def test_another_build_refuses_this_torch(tmp_path):
     """Another venv's torchtpu wheel (built for its torch), imported into this torch."""
     others = _other_torch_venvs()
     if not others:
-        pytest.skip("no .venv-torch<X.Y> with another torch (scripts/check_torch_versions.sh makes them)")
+        pytest.skip("no venv with another torch (scripts/check_torch_versions.sh makes them)")
     for python, version in others:
         site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()

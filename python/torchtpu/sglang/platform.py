@@ -1,10 +1,27 @@
 """The SGLang platform "tpu": device naming, memory, the distributed backend, and server
-defaults (torch-native attention, PyTorch sampling, no CUDA graphs, no Triton)."""
+defaults (batched attention over the KV pool on tpu, PyTorch sampling, no CUDA graphs, no
+Triton)."""
 import os
 
 import torch
 from sglang.srt.platforms.device_mixin import PlatformEnum
 from sglang.srt.platforms.interface import PlatformCapabilities, SRTPlatform
+
+ATTENTION = "torchtpu_paged"
+
+
+def _register_attention():
+    """`--attention-backend torchtpu_paged` (the default on tpu; SGLang's torch_native stays
+    selectable). Not at import: SGLang imports this module while its own modules load."""
+    from sglang.srt.layers.attention.attention_registry import ATTENTION_BACKENDS, register_attention_backend
+    from sglang.srt.server_args import ATTENTION_BACKEND_CHOICES
+
+    from .attention import TpuPagedAttnBackend
+
+    if ATTENTION not in ATTENTION_BACKENDS:
+        register_attention_backend(ATTENTION)(TpuPagedAttnBackend)
+    if ATTENTION not in ATTENTION_BACKEND_CHOICES:
+        ATTENTION_BACKEND_CHOICES.append(ATTENTION)
 
 
 class TpuSRTPlatform(SRTPlatform):
@@ -15,10 +32,15 @@ class TpuSRTPlatform(SRTPlatform):
     capabilities = PlatformCapabilities()
 
     def get_default_attention_backend(self):
-        return "torch_native"
+        _register_attention()
+        return ATTENTION
+
+    def init_backend(self):
+        _register_attention()  # in each worker process, before its model runner picks a backend
 
     def apply_server_args_defaults(self, server_args):
         # The defaults SGLang gives its own CPU device, which needs no CUDA kernels either.
+        _register_attention()
         server_args.sampling_backend = "pytorch"
         if torch.tpu._memory_is_host() and server_args.max_total_tokens is None:
             # The CPU plugin's memory is the host's, shared with everything else: the KV pool
