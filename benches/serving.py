@@ -31,6 +31,14 @@ def prompts(n, seed=0):
     return out
 
 
+def bench_model():
+    """The benchmark's model: a random 4-layer Llama of width 256, saved in a new directory."""
+    path = tempfile.mkdtemp(prefix="serving-bench-")
+    model, _ = save_tiny("Llama", path, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                         num_key_value_heads=4, head_dim=32, num_hidden_layers=4)
+    return path, model
+
+
 def hf_run(model, reqs, tokens):
     """One request at a time (generate's own batching pads every prompt to the longest)."""
     t0, first, done = time.perf_counter(), [], 0
@@ -66,9 +74,7 @@ def main():
     a = p.parse_args()
     import vllm
 
-    path = tempfile.mkdtemp(prefix="serving-bench-")
-    model, _ = save_tiny("Llama", path, hidden_size=256, intermediate_size=512, num_attention_heads=8,
-                         num_key_value_heads=4, head_dim=32, num_hidden_layers=4)
+    path, model = bench_model()
     reqs = prompts(a.requests)
     torch.set_num_threads(os.cpu_count())
     hf_tok_s, hf_ttft = hf_run(model, reqs, a.tokens)

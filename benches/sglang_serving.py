@@ -11,15 +11,12 @@ twice; the second pass is timed (the first compiles what its shapes need).
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from serving import hf_run, prompts  # noqa: E402
-from serving_models import save_tiny  # noqa: E402
+from serving import bench_model, hf_run, prompts  # noqa: E402
 
 
 def sglang_run(path, backend, reqs, tokens):
@@ -44,9 +41,7 @@ def main():
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--tokens", type=int, default=32)
     a = p.parse_args()
-    path = tempfile.mkdtemp(prefix="sglang-bench-")
-    model, _ = save_tiny("Llama", path, hidden_size=256, intermediate_size=512, num_attention_heads=8,
-                         num_key_value_heads=4, head_dim=32, num_hidden_layers=4)
+    path, model = bench_model()
     reqs = prompts(a.requests)
     torch.set_num_threads(os.cpu_count())
     hf_tok_s, _ = hf_run(model, reqs, a.tokens)
