@@ -53,8 +53,10 @@ class TpuPagedAttnBackend(TorchNativeAttnBackend):
         seq_lens = (seq_lens if seq_lens is not None else forward_batch.seq_lens.cpu())[:reqs].numpy().astype(np.int64)
         if mode.is_decode():
             query_lens = np.ones(reqs, dtype=np.int64)
-        else:
+        elif forward_batch.extend_seq_lens_cpu is not None:
             query_lens = np.asarray(forward_batch.extend_seq_lens_cpu, dtype=np.int64)
+        else:
+            return  # (speculative verification steps, which this platform does not run)
         pool_indices = forward_batch.req_pool_indices_cpu
         pool_indices = (pool_indices if pool_indices is not None else forward_batch.req_pool_indices.cpu())
         req_to_token = self.req_to_token_pool.req_to_token
