@@ -9,6 +9,7 @@ use crate::checks;
 use crate::error::Error;
 use crate::lock::{EngineLock, Held};
 use crate::runtime::runtime;
+use crate::sized;
 use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
 use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, Tensor, TorchError};
@@ -41,6 +42,8 @@ enum Feed {
     Rng(u32),
     /// The device's check accumulator (see checks.rs).
     CheckAcc,
+    /// A sized program's geometry vector (sized.rs), from the call's `SizedCall`.
+    Geometry,
 }
 
 #[derive(Clone, Debug)]
@@ -103,17 +106,37 @@ pub struct Stats {
     pub executions: u64,
     /// Executables dropped from the in-memory cache to stay under its bound.
     pub evictions: u64,
+    /// Sized programs compiled (sized.rs), and new shapes they served without compiling.
+    pub sized_programs: u64,
+    pub sized_shapes: u64,
+    /// Shapes served by a sized program often enough to get their exact program.
+    pub sized_promoted: u64,
 }
 
-/// A cached executable and the engine tick of its last use.
+/// A cached executable and the engine tick of its last use; for a shape served by a sized
+/// program, that shape's geometry and result sizes.
 struct Cached {
     entry: Arc<Entry>,
+    sized: Option<Arc<SizedCall>>,
     used: u64,
+    /// Calls served from this entry.
+    runs: u32,
 }
+
+/// One exact shape run by a sized program (sized.rs).
+pub struct SizedCall {
+    geometry: Vec<i64>,
+    /// The real sizes of the program's new results, in order.
+    dims: Vec<Vec<i64>>,
+}
+
+type KeyMap<V> = HashMap<Box<[u64]>, V, BuildHasherDefault<KeyHasher>>;
 
 struct Engine {
     ops: Vec<Arc<OpInfo>>,
-    cache: HashMap<Box<[u64]>, Cached, BuildHasherDefault<KeyHasher>>,
+    cache: KeyMap<Cached>,
+    /// Per family of sized programs, the exact shapes compiled for it so far (sized.rs).
+    families: KeyMap<u32>,
     tick: u64,
     stats: Stats,
 }
@@ -123,7 +146,7 @@ static ENGINE: EngineLock<Option<Engine>> = unsafe { EngineLock::new(None) };
 
 fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
     let mut g = ENGINE.lock();
-    let e = g.data().get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), tick: 0, stats: Stats::default() });
+    let e = g.data().get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), families: HashMap::default(), tick: 0, stats: Stats::default() });
     f(e)
 }
 
@@ -379,22 +402,22 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
             let mut key = scan.key.clone();
             key.push(SIZE_PROGRAM);
             let entry = match lookup(engine, held, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
-                Looked::Entry(e) => e,
+                Looked::Entry(e, _) => e,
                 Looked::Resize(..) => unreachable!("size programs write nothing"),
             };
-            let n = read_count(run(&entry, args, &scan, held)?, held)?;
+            let n = read_count(run(&entry, None, args, &scan, held)?, held)?;
             scan.key.push(n as u64);
             Some(n)
         }
     };
     let key = std::mem::take(&mut scan.key);
     let sizing = size.map_or(Sizing::None, Sizing::Known);
-    let entry = match lookup(engine, held, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
-        Looked::Entry(e) => e,
+    let (entry, sized) = match lookup(engine, held, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
+        Looked::Entry(e, s) => (e, s),
         Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
-    run(&entry, args, &scan, held).map(CallResult::Done)
+    run(&entry, sized.as_deref(), args, &scan, held).map(CallResult::Done)
 }
 
 const SIZE_PROGRAM: u64 = u64::MAX - 1;
@@ -408,7 +431,7 @@ enum Sizing {
 }
 
 enum Looked {
-    Entry(Arc<Entry>),
+    Entry(Arc<Entry>, Option<Arc<SizedCall>>),
     Resize(usize, Vec<i64>),
 }
 
@@ -426,10 +449,22 @@ fn lookup(
 ) -> Result<Looked, Error> {
     engine.tick += 1;
     let tick = engine.tick;
+    let mut promote = false;
     if let Some(c) = engine.cache.get_mut(key) {
         c.used = tick;
         engine.stats.hits += 1;
-        return Ok(Looked::Entry(c.entry.clone()));
+        c.runs = c.runs.saturating_add(1);
+        // A shape a sized program keeps serving gets its own exact program (tiering).
+        promote = c.sized.is_some() && c.runs > sized::PROMOTE_AFTER;
+        if !promote {
+            return Ok(Looked::Entry(c.entry.clone(), c.sized.clone()));
+        }
+        engine.stats.sized_promoted += 1;
+    }
+    if !promote && matches!(sizing, Sizing::None) && info.lowering.is_some_and(|l| l.pointwise) && sized::enabled() {
+        if let Some(looked) = lookup_sized(engine, held, key, info, f, specialize, args, scan)? {
+            return Ok(looked);
+        }
     }
     let t0 = Instant::now();
     let entry = match build(info, f, specialize, args, scan, held, sizing)? {
@@ -439,8 +474,126 @@ fn lookup(
     engine.stats.misses += 1;
     engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
     bound_cache(engine);
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), used: tick });
-    Ok(Looked::Entry(entry))
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), sized: None, used: tick, runs: 0 });
+    Ok(Looked::Entry(entry, None))
+}
+
+/// A pointwise call at a shape not seen yet: served by the sized program of its layout once
+/// that layout has met `sized::EXACT_SHAPES_FIRST` exact shapes (compiling that program on its
+/// first use). None: compile this shape exactly.
+#[allow(clippy::too_many_arguments)]
+fn lookup_sized(
+    engine: &mut Engine,
+    held: &Held,
+    key: &[u64],
+    info: &OpInfo,
+    f: lowerings::LowerFn,
+    specialize: bool,
+    args: &[TtArg],
+    scan: &Scan,
+) -> Result<Option<Looked>, Error> {
+    let base_dtype = |t: &TtTensor| {
+        // SAFETY: the call's arguments keep their cells alive.
+        let cell = unsafe { &*(t.cell as *const Cell) };
+        cell.get(held).as_ref().map(|s| s.dtype as i8)
+    };
+    if !sized::servable(args, base_dtype, &info.write_args) {
+        return Ok(None);
+    }
+    // The family: the op, its arguments' kinds, dtypes, ranks and non-tensor values.
+    let mut family = vec![SIZED_PROGRAM, key[0]];
+    for a in args {
+        sized_key_arg(&mut family, a, specialize, scan, held, true);
+    }
+    let seen = engine.families.entry(family.into_boxed_slice()).or_insert(0);
+    if *seen < sized::EXACT_SHAPES_FIRST {
+        *seen += 1;
+        return Ok(None);
+    }
+    // The program: the family with every tensor's sizes bucketed and its storage's dims (the
+    // program's parameter); sizes, strides and offsets are its runtime geometry.
+    let mut layout = vec![SIZED_PROGRAM, key[0]];
+    for a in args {
+        sized_key_arg(&mut layout, a, specialize, scan, held, false);
+    }
+    // The exact shapes' lowering, not compiled: PyTorch's errors, out= resizes, result sizes.
+    let dims = match dry_run(info, f, specialize, args, scan, held)? {
+        Dry::Resize(i, dims) => return Ok(Some(Looked::Resize(i, dims))),
+        Dry::Unsized => return Ok(None),
+        Dry::Results(dims) => dims,
+    };
+    let mut geometry = Vec::new();
+    sized::input_geometry(args, &mut geometry);
+    for d in &dims {
+        layout.push(sized::capacity(d) as u64);
+        geometry.extend_from_slice(d);
+    }
+    engine.tick += 1;
+    let tick = engine.tick;
+    let entry = match engine.cache.get_mut(layout.as_slice()) {
+        Some(c) => {
+            c.used = tick;
+            c.entry.clone()
+        }
+        None => {
+            let t0 = Instant::now();
+            let Some(e) = build_sized(info, f, specialize, args, scan, held, &geometry, &dims)? else {
+                return Ok(None);
+            };
+            let e = Arc::new(e);
+            engine.stats.misses += 1;
+            engine.stats.sized_programs += 1;
+            engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
+            bound_cache(engine);
+            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), sized: None, used: tick, runs: 0 });
+            e
+        }
+    };
+    engine.stats.sized_shapes += 1;
+    let call = Arc::new(SizedCall { geometry, dims });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), sized: Some(call.clone()), used: tick, runs: 0 });
+    Ok(Some(Looked::Entry(entry, Some(call))))
+}
+
+const SIZED_PROGRAM: u64 = u64::MAX - 2;
+
+/// A call's argument in a sized program's key, or in its family's (see lookup_sized).
+fn sized_key_arg(key: &mut Vec<u64>, a: &TtArg, specialize: bool, scan: &Scan, held: &Held, family: bool) {
+    key.push(a.kind as u64);
+    match a.kind {
+        TT_TENSOR => {
+            let t = a.tensor();
+            if t.is_host() {
+                key.push(1 << 40 | (t.flags as u64) << 8 | t.dtype as u8 as u64);
+                return;
+            }
+            let slot = scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
+            key.push(slot as u64);
+            sized::key_tensor(key, t, family);
+            if family {
+                return;
+            }
+            // SAFETY: the call's arguments keep their cells alive.
+            let cell = unsafe { &*(t.cell as *const Cell) };
+            let s = cell.get(held).as_ref().expect("servable calls read written cells");
+            key.push(s.dims.len() as u64);
+            key.extend(s.dims.iter().map(|&d| d as u64));
+        }
+        TT_INT | TT_BOOL | TT_SCALAR_TYPE | TT_OTHER => key.push(a.int() as u64),
+        TT_FLOAT if specialize => key.push(unsafe { a.p.f }.to_bits()),
+        TT_COMPLEX => {
+            let c = unsafe { a.p.c };
+            key.push(c.re.to_bits());
+            key.push(c.im.to_bits());
+        }
+        TT_INT_LIST | TT_BOOL_LIST | TT_FLOAT_LIST | TT_STR => {
+            // Rare in pointwise ops: the exact scan's words for it.
+            let mut scan = Scan::default();
+            let _ = scan.arg(a, specialize, held);
+            key.extend(scan.key);
+        }
+        _ => {}
+    }
 }
 
 /// The number a size program produced (waits for it: a synchronization, where pending checks
@@ -484,9 +637,22 @@ struct Builder<'a> {
     written: Vec<bool>,
     next_float: u32,
     specialize: bool,
+    /// In a sized program (sized.rs): the geometry parameter, the next unread position in it,
+    /// and where each tensor argument's geometry starts.
+    sized: Option<SizedBuild>,
+}
+
+struct SizedBuild {
+    geo: Value,
+    next: usize,
+    starts: Vec<(u32, usize)>,
 }
 
 impl Builder<'_> {
+    fn new<'a>(scan: &'a Scan, held: &'a Held, specialize: bool) -> Builder<'a> {
+        Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize, sized: None }
+    }
+
     fn feed(&mut self, ty: TensorType, feed: Feed) -> Value {
         let tag = self.feeds.len() as u32;
         let host = matches!(feed, Feed::Host(..));
@@ -531,6 +697,14 @@ impl Builder<'_> {
         }
         let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap() as u32;
         let mut base = self.base(slot, t)?;
+        if let Some(sb) = &mut self.sized {
+            // Servable calls read views in their storage's dtype (sized::servable).
+            let (geo, at) = (sb.geo, sb.next);
+            sb.next += 1 + 2 * t.sizes().len();
+            sb.starts.push((arg, at));
+            let v = sized::read(&mut self.cx, base, geo, at, &sized::padded(t.sizes()));
+            return Ok(Tensor { v, dtype, rank });
+        }
         if self.cx.dtype(base) != dtype {
             // A view with another dtype than its storage's (view(dtype), view_as_real, ...).
             base = view::reinterpret(&mut self.cx, base, dtype);
@@ -587,6 +761,19 @@ impl Builder<'_> {
             )));
         }
         let dims = self.cx.dims(v);
+        if let Some(sb) = &self.sized {
+            let padded = sized::padded(t.sizes());
+            if dims != padded {
+                return Err(Error::runtime(format!("torchtpu: sized {}: result {:?} for a written {:?}", info.base, dims, padded)));
+            }
+            let (geo, at) = (sb.geo, sb.starts.iter().find(|s| s.0 as usize == arg).expect("a written tensor was read first").1);
+            let v = self.cx.cast(v, dtype);
+            let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
+            let base = self.base(slot as u32, t)?;
+            self.bases[slot] = sized::write(&mut self.cx, base, geo, at, &padded, v);
+            self.written[slot] = true;
+            return Ok(None);
+        }
         if dims.as_slice() != t.sizes() {
             if info.inplace {
                 return Err(Error::Torch(TorchError::new(
@@ -634,7 +821,7 @@ impl Outputs {
 
 /// Lowers one call into a program and compiles it, in these steps.
 fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing) -> Result<Built, Error> {
-    let mut b = Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize };
+    let mut b = Builder::new(scan, held, specialize);
     let lowered = b.lower_call(info, f, args, sizing)?;
     let mut outs = lowered.into_iter();
     if let Some(resize) = b.write_arguments(info, args, sizing, &mut outs)? {
@@ -652,6 +839,67 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
         None => compile_program(info, text)?,
     };
     Ok(Built::Entry(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+}
+
+enum Dry {
+    Resize(usize, Vec<i64>),
+    /// The lowering adds checks or replaces the module: not for a sized program.
+    Unsized,
+    /// The sizes of the new results.
+    Results(Vec<Vec<i64>>),
+}
+
+/// Lowers the call at its exact shapes without compiling (see lookup_sized).
+fn dry_run(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held) -> Result<Dry, Error> {
+    let mut b = Builder::new(scan, held, specialize);
+    let lowered = b.lower_call(info, f, args, Sizing::None)?;
+    let mut outs = lowered.into_iter();
+    if let Some(r) = b.write_arguments(info, args, Sizing::None, &mut outs)? {
+        let Built::Resize(i, dims) = r else { unreachable!("writes resize or succeed") };
+        return Ok(Dry::Resize(i, dims));
+    }
+    let o = b.returned_outputs(outs);
+    if !b.cx.checks.is_empty() || b.cx.module_override.is_some() {
+        return Ok(Dry::Unsized);
+    }
+    Ok(Dry::Results(o.specs.iter().map(|s| match s {
+        OutSpec::New { dims, .. } | OutSpec::Base { dims, .. } => dims.clone(),
+    }).collect()))
+}
+
+/// Lowers and compiles the sized program of a call (sized.rs); None if the op's lowering does
+/// not keep the padded shapes (then the call compiles exactly).
+#[allow(clippy::too_many_arguments)]
+fn build_sized(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, geometry: &[i64], dims: &[Vec<i64>]) -> Result<Option<Entry>, Error> {
+    let mut b = Builder::new(scan, held, specialize);
+    let geo = b.feed(TensorType { elem: ElemType::I64, dims: vec![geometry.len() as i64] }, Feed::Geometry);
+    b.sized = Some(SizedBuild { geo, next: 0, starts: Vec::new() });
+    let lowered = b.lower_call(info, f, args, Sizing::None)?;
+    let mut outs = lowered.into_iter();
+    if b.write_arguments(info, args, Sizing::None, &mut outs)?.is_some() {
+        return Ok(None);
+    }
+    let mut o = b.returned_outputs(outs);
+    let mut at = b.sized.as_ref().unwrap().next;
+    for (i, d) in dims.iter().enumerate() {
+        let padded = sized::padded(d);
+        if b.cx.dims(o.results[i]) != padded {
+            return Ok(None);
+        }
+        let flat = sized::flatten(&mut b.cx, o.results[i], geo, at, &padded, sized::capacity(d));
+        at += d.len();
+        o.specs[i] = OutSpec::New { dtype: b.cx.dtype(flat), dims: b.cx.dims(flat) };
+        o.results[i] = flat;
+    }
+    b.append_written_bases(&mut o);
+    if !b.cx.checks.is_empty() {
+        return Ok(None);
+    }
+    let feeds = b.ordered_feeds();
+    let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
+    let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
+    let exe = compile_program(info, text)?;
+    Ok(Some(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }
 
 impl Builder<'_> {
@@ -873,7 +1121,7 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
-fn run(entry: &Entry, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
+fn run(entry: &Entry, sized: Option<&SizedCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
     for c in &entry.host_checks {
         checks::run_host(c, args)?;
     }
@@ -896,6 +1144,11 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Ve
                 owned.push(upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?);
             }
             Feed::CheckAcc => {}
+            Feed::Geometry => {
+                let g = &sized.expect("a sized program runs with its call's geometry").geometry;
+                let bytes: Vec<u8> = g.iter().flat_map(|x| x.to_le_bytes()).collect();
+                owned.push(upload(rt, &bytes, DType::I64, &[g.len() as i64], device)?);
+            }
             Feed::Rng(arg) => {
                 let a = &args[arg as usize];
                 let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
@@ -933,13 +1186,16 @@ fn run(entry: &Entry, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Ve
     }
 
     let mut made: Vec<Option<Produced>> = Vec::with_capacity(outputs.len());
-    for (buf, spec) in outputs.into_iter().zip(&entry.results) {
+    for (i, (buf, spec)) in outputs.into_iter().zip(&entry.results).enumerate() {
         match spec {
             OutSpec::New { dtype, dims } => {
-                let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                let stored = Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() };
+                let bytes = dims.iter().product::<i64>() * dtype.size() as i64;
+                // A sized program's result holds its bucket: the tensor has its real sizes.
+                let shown = sized.map_or(dims, |s| &s.dims[i]);
+                let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
+                let stored = Stored { buf: DevBuf::new(buf, bytes, device), dtype: *dtype, dims: dims.clone() };
                 let cell = Cell::new(nbytes, device, Some(stored));
-                made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: dims.clone() }));
+                made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: shown.clone() }));
             }
             OutSpec::Base { slot, dtype, dims, donated } => {
                 // SAFETY: the call's arguments keep their cells alive.

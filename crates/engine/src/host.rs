@@ -39,7 +39,11 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
     let direct = dispatch::locked(|held| match cell.get(held) {
         None => Some(None),
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {
-            Some(Some(s.buf.clone()))
+            Some(Some((s.clone(), 0)))
+        }
+        // A contiguous run of a 1-d buffer at most twice its size (a sized result's bucket).
+        Some(s) if s.dtype as i8 == t.dtype && s.dims.len() == 1 && g.is_contiguous() && g.offset + g.numel() <= s.dims[0] && s.dims[0] <= 2 * g.numel() => {
+            Some(Some((s.clone(), g.offset as usize)))
         }
         Some(_) => None,
     });
@@ -48,7 +52,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             dst.fill(0);
             Ok(())
         }
-        Some(Some(buf)) => Ok(buf.buf.to_host(dst)?),
+        Some(Some((s, offset))) => read_run(&s, offset, dst),
         None => {
             // A strided view or a part of the storage: materialize it on the device first.
             let args = [TtArg { kind: TT_TENSOR, p: TtPayload { t: *t } }, none_arg()];
@@ -58,11 +62,24 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             };
             let Some(Produced::Tensor { cell, .. }) = produced.into_iter().next() else { unreachable!() };
             let owned = unsafe { Box::from_raw(cell) };
-            let buf = dispatch::locked(|held| owned.get(held).as_ref().map(|s| s.buf.clone()));
-            buf.expect("clone produced a buffer").buf.to_host(dst)?;
-            Ok(())
+            let s = dispatch::locked(|held| owned.get(held).clone());
+            read_run(&s.expect("clone produced a buffer"), 0, dst)
         }
     }
+}
+
+/// Reads `dst.len()` bytes of a buffer from its element `offset` (a buffer may hold more than
+/// its storage: see sized.rs).
+fn read_run(s: &Stored, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+    let total = s.dims.iter().product::<i64>() as usize * s.dtype.size();
+    if offset == 0 && total == dst.len() {
+        return Ok(s.buf.buf.to_host(dst)?);
+    }
+    let mut all = vec![0u8; total];
+    s.buf.buf.to_host(&mut all)?;
+    let start = offset * s.dtype.size();
+    dst.copy_from_slice(&all[start..start + dst.len()]);
+    Ok(())
 }
 
 /// Writes dense host bytes into the view `t`.

@@ -34,6 +34,10 @@ impl Geometry<'_> {
         self.sizes.iter().product()
     }
 
+    pub fn is_contiguous(&self) -> bool {
+        is_contiguous(self.sizes, self.strides)
+    }
+
     /// Does this view cover all `base_numel` elements in row-major order?
     pub fn covers(&self, base_numel: i64) -> bool {
         self.offset == 0 && self.numel() == base_numel && is_contiguous(self.sizes, self.strides)

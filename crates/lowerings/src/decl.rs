@@ -54,6 +54,10 @@ pub struct Op {
     /// Structured overloads whose generated composite (allocate, call out=) must stay: their
     /// output shape depends on data the composite's meta function computes.
     pub keep_composite: &'static [&'static str],
+    /// Each output element depends only on the input elements at its own (broadcast) index,
+    /// and the result's shape is the inputs' broadcast shape: the engine may then run the op
+    /// on inputs padded to bucketed sizes and keep the prefix (see the engine's sized.rs).
+    pub pointwise: bool,
 }
 
 /// Declares the lowering `f` of the op `name`.
@@ -77,6 +81,7 @@ const fn ops_named(names: Names, f: LowerFn) -> Op {
         list_op: false,
         host_tensors: false,
         keep_composite: &[],
+        pointwise: false,
     }
 }
 
@@ -109,6 +114,11 @@ impl Op {
     /// See `Op::host_tensors`.
     pub const fn host_tensors(self) -> Op {
         Op { host_tensors: true, ..self }
+    }
+
+    /// See `Op::pointwise`.
+    pub const fn pointwise(self) -> Op {
+        Op { pointwise: true, ..self }
     }
 
     /// See `Op::keep_composite`.

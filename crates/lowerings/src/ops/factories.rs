@@ -12,11 +12,11 @@ use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
-    op("fill", fill),
-    op("zero", zero),
-    op("copy", copy).host_tensors(),
-    op("clone", clone),
-    op("_to_copy", to_copy).host_tensors(),
+    op("fill", fill).pointwise(),
+    op("zero", zero).pointwise(),
+    op("copy", copy).host_tensors().pointwise(),
+    op("clone", clone).pointwise(),
+    op("_to_copy", to_copy).host_tensors().pointwise(),
     op("arange", arange).specialized(),
     op("linspace", linspace).specialized(),
     // Routed: range.out_'s composite calls the CPU kernel range_out, which writes through data_ptr.
