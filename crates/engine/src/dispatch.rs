@@ -9,7 +9,7 @@ use crate::checks;
 use crate::error::Error;
 use crate::lock::{EngineLock, Held};
 use crate::runtime::runtime;
-use crate::sized;
+use crate::buckets;
 use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
 use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, Tensor, TorchError};
@@ -42,7 +42,7 @@ enum Feed {
     Rng(u32),
     /// The device's check accumulator (see checks.rs).
     CheckAcc,
-    /// A sized program's geometry vector (sized.rs), from the call's `SizedCall`.
+    /// A bucketed program's geometry vector (buckets.rs), from the call's `BucketCall`.
     Geometry,
 }
 
@@ -106,25 +106,25 @@ pub struct Stats {
     pub executions: u64,
     /// Executables dropped from the in-memory cache to stay under its bound.
     pub evictions: u64,
-    /// Sized programs compiled (sized.rs), and new shapes they served without compiling.
-    pub sized_programs: u64,
-    pub sized_shapes: u64,
-    /// Shapes served by a sized program often enough to get their exact program.
-    pub sized_promoted: u64,
+    /// Bucketed programs compiled (buckets.rs), and new shapes they served without compiling.
+    pub bucket_programs: u64,
+    pub bucket_shapes: u64,
+    /// Shapes served by a bucketed program often enough to get their exact program.
+    pub bucket_promoted: u64,
 }
 
-/// A cached executable and the engine tick of its last use; for a shape served by a sized
+/// A cached executable and the engine tick of its last use; for a shape served by a bucketed
 /// program, that shape's geometry and result sizes.
 struct Cached {
     entry: Arc<Entry>,
-    sized: Option<Arc<SizedCall>>,
+    bucket: Option<Arc<BucketCall>>,
     used: u64,
     /// Calls served from this entry.
     runs: u32,
 }
 
-/// One exact shape run by a sized program (sized.rs).
-pub struct SizedCall {
+/// One exact shape run by a bucketed program (buckets.rs).
+pub struct BucketCall {
     geometry: Vec<i64>,
     /// The real sizes of the program's new results, in order.
     dims: Vec<Vec<i64>>,
@@ -135,7 +135,7 @@ type KeyMap<V> = HashMap<Box<[u64]>, V, BuildHasherDefault<KeyHasher>>;
 struct Engine {
     ops: Vec<Arc<OpInfo>>,
     cache: KeyMap<Cached>,
-    /// Per family of sized programs, the exact shapes compiled for it so far (sized.rs).
+    /// Per family of bucketed programs, the exact shapes compiled for it so far (buckets.rs).
     families: KeyMap<u32>,
     tick: u64,
     stats: Stats,
@@ -412,12 +412,12 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     };
     let key = std::mem::take(&mut scan.key);
     let sizing = size.map_or(Sizing::None, Sizing::Known);
-    let (entry, sized) = match lookup(engine, held, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
+    let (entry, bucket) = match lookup(engine, held, &key, &info, lowering.f, lowering.specialize_floats, args, &scan, sizing)? {
         Looked::Entry(e, s) => (e, s),
         Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
-    run(&entry, sized.as_deref(), args, &scan, held).map(CallResult::Done)
+    run(&entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done)
 }
 
 const SIZE_PROGRAM: u64 = u64::MAX - 1;
@@ -431,7 +431,7 @@ enum Sizing {
 }
 
 enum Looked {
-    Entry(Arc<Entry>, Option<Arc<SizedCall>>),
+    Entry(Arc<Entry>, Option<Arc<BucketCall>>),
     Resize(usize, Vec<i64>),
 }
 
@@ -454,15 +454,15 @@ fn lookup(
         c.used = tick;
         engine.stats.hits += 1;
         c.runs = c.runs.saturating_add(1);
-        // A shape a sized program keeps serving gets its own exact program (tiering).
-        promote = c.sized.is_some() && c.runs > sized::PROMOTE_AFTER;
+        // A shape a bucketed program keeps serving gets its own exact program (tiering).
+        promote = c.bucket.is_some() && c.runs > buckets::PROMOTE_AFTER;
         if !promote {
-            return Ok(Looked::Entry(c.entry.clone(), c.sized.clone()));
+            return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
         }
-        engine.stats.sized_promoted += 1;
+        engine.stats.bucket_promoted += 1;
     }
-    if !promote && matches!(sizing, Sizing::None) && info.lowering.is_some_and(|l| l.pointwise) && sized::enabled() {
-        if let Some(looked) = lookup_sized(engine, held, key, info, f, specialize, args, scan)? {
+    if !promote && matches!(sizing, Sizing::None) && info.lowering.is_some_and(|l| l.pointwise || l.bucketed) && buckets::enabled() {
+        if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);
         }
     }
@@ -474,15 +474,15 @@ fn lookup(
     engine.stats.misses += 1;
     engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
     bound_cache(engine);
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), sized: None, used: tick, runs: 0 });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, used: tick, runs: 0 });
     Ok(Looked::Entry(entry, None))
 }
 
-/// A pointwise call at a shape not seen yet: served by the sized program of its layout once
-/// that layout has met `sized::EXACT_SHAPES_FIRST` exact shapes (compiling that program on its
+/// A pointwise call at a shape not seen yet: served by the bucketed program of its layout once
+/// that layout has met `buckets::EXACT_SHAPES_FIRST` exact shapes (compiling that program on its
 /// first use). None: compile this shape exactly.
 #[allow(clippy::too_many_arguments)]
-fn lookup_sized(
+fn lookup_bucketed(
     engine: &mut Engine,
     held: &Held,
     key: &[u64],
@@ -495,37 +495,38 @@ fn lookup_sized(
     let base_dtype = |t: &TtTensor| {
         // SAFETY: the call's arguments keep their cells alive.
         let cell = unsafe { &*(t.cell as *const Cell) };
-        cell.get(held).as_ref().map(|s| s.dtype as i8)
+        // A cell not written yet reads as zeros of any dtype.
+        cell.get(held).as_ref().map_or(Some(t.dtype), |s| Some(s.dtype as i8))
     };
-    if !sized::servable(args, base_dtype, &info.write_args) {
+    if !buckets::servable(args, base_dtype, &info.write_args) {
         return Ok(None);
     }
     // The family: the op, its arguments' kinds, dtypes, ranks and non-tensor values.
-    let mut family = vec![SIZED_PROGRAM, key[0]];
+    let mut family = vec![BUCKET_PROGRAM, key[0]];
     for a in args {
-        sized_key_arg(&mut family, a, specialize, scan, held, true);
+        bucket_key_arg(&mut family, a, specialize, scan, held, true);
     }
     let seen = engine.families.entry(family.into_boxed_slice()).or_insert(0);
-    if *seen < sized::EXACT_SHAPES_FIRST {
+    if *seen < buckets::EXACT_SHAPES_FIRST {
         *seen += 1;
         return Ok(None);
     }
     // The program: the family with every tensor's sizes bucketed and its storage's dims (the
     // program's parameter); sizes, strides and offsets are its runtime geometry.
-    let mut layout = vec![SIZED_PROGRAM, key[0]];
+    let mut layout = vec![BUCKET_PROGRAM, key[0]];
     for a in args {
-        sized_key_arg(&mut layout, a, specialize, scan, held, false);
+        bucket_key_arg(&mut layout, a, specialize, scan, held, false);
     }
     // The exact shapes' lowering, not compiled: PyTorch's errors, out= resizes, result sizes.
     let dims = match dry_run(info, f, specialize, args, scan, held)? {
         Dry::Resize(i, dims) => return Ok(Some(Looked::Resize(i, dims))),
-        Dry::Unsized => return Ok(None),
+        Dry::Exact => return Ok(None),
         Dry::Results(dims) => dims,
     };
     let mut geometry = Vec::new();
-    sized::input_geometry(args, &mut geometry);
+    buckets::input_geometry(args, &mut geometry);
     for d in &dims {
-        layout.push(sized::capacity(d) as u64);
+        layout.push(buckets::capacity(d) as u64);
         geometry.extend_from_slice(d);
     }
     engine.tick += 1;
@@ -537,28 +538,28 @@ fn lookup_sized(
         }
         None => {
             let t0 = Instant::now();
-            let Some(e) = build_sized(info, f, specialize, args, scan, held, &geometry, &dims)? else {
+            let Some(e) = build_bucketed(info, f, specialize, args, scan, held, &geometry, &dims)? else {
                 return Ok(None);
             };
             let e = Arc::new(e);
             engine.stats.misses += 1;
-            engine.stats.sized_programs += 1;
+            engine.stats.bucket_programs += 1;
             engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
             bound_cache(engine);
-            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), sized: None, used: tick, runs: 0 });
+            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, used: tick, runs: 0 });
             e
         }
     };
-    engine.stats.sized_shapes += 1;
-    let call = Arc::new(SizedCall { geometry, dims });
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), sized: Some(call.clone()), used: tick, runs: 0 });
+    engine.stats.bucket_shapes += 1;
+    let call = Arc::new(BucketCall { geometry, dims });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), used: tick, runs: 0 });
     Ok(Some(Looked::Entry(entry, Some(call))))
 }
 
-const SIZED_PROGRAM: u64 = u64::MAX - 2;
+const BUCKET_PROGRAM: u64 = u64::MAX - 2;
 
-/// A call's argument in a sized program's key, or in its family's (see lookup_sized).
-fn sized_key_arg(key: &mut Vec<u64>, a: &TtArg, specialize: bool, scan: &Scan, held: &Held, family: bool) {
+/// A call's argument in a bucketed program's key, or in its family's (see lookup_bucketed).
+fn bucket_key_arg(key: &mut Vec<u64>, a: &TtArg, specialize: bool, scan: &Scan, held: &Held, family: bool) {
     key.push(a.kind as u64);
     match a.kind {
         TT_TENSOR => {
@@ -567,17 +568,14 @@ fn sized_key_arg(key: &mut Vec<u64>, a: &TtArg, specialize: bool, scan: &Scan, h
                 key.push(1 << 40 | (t.flags as u64) << 8 | t.dtype as u8 as u64);
                 return;
             }
-            let slot = scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
-            key.push(slot as u64);
-            sized::key_tensor(key, t, family);
-            if family {
-                return;
+            bucket_key_tensor(key, t, scan, held, family);
+        }
+        TT_TENSOR_LIST => {
+            let items = a.list::<TtArg>();
+            key.push(items.len() as u64);
+            for item in items {
+                bucket_key_tensor(key, item.tensor(), scan, held, family);
             }
-            // SAFETY: the call's arguments keep their cells alive.
-            let cell = unsafe { &*(t.cell as *const Cell) };
-            let s = cell.get(held).as_ref().expect("servable calls read written cells");
-            key.push(s.dims.len() as u64);
-            key.extend(s.dims.iter().map(|&d| d as u64));
         }
         TT_INT | TT_BOOL | TT_SCALAR_TYPE | TT_OTHER => key.push(a.int() as u64),
         TT_FLOAT if specialize => key.push(unsafe { a.p.f }.to_bits()),
@@ -593,6 +591,30 @@ fn sized_key_arg(key: &mut Vec<u64>, a: &TtArg, specialize: bool, scan: &Scan, h
             key.extend(scan.key);
         }
         _ => {}
+    }
+}
+
+/// A device tensor in a bucketed program's key: its cell's slot, dtype, rank, and unless only
+/// the family is keyed, its sizes' buckets and its storage's dims.
+fn bucket_key_tensor(key: &mut Vec<u64>, t: &TtTensor, scan: &Scan, held: &Held, family: bool) {
+    let slot = scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
+    key.push(slot as u64);
+    buckets::key_tensor(key, t, family);
+    if family {
+        return;
+    }
+    // SAFETY: the call's arguments keep their cells alive.
+    let cell = unsafe { &*(t.cell as *const Cell) };
+    match cell.get(held) {
+        Some(s) => {
+            key.push(s.dims.len() as u64);
+            key.extend(s.dims.iter().map(|&d| d as u64));
+        }
+        // Not written yet: zeros of the storage's bucket (Builder::base).
+        None => {
+            let size = DType::from_code(t.dtype).map_or(1, |d| d.size() as i64);
+            key.extend([u64::MAX, buckets::bucket(cell.nbytes() / size) as u64]);
+        }
     }
 }
 
@@ -637,12 +659,12 @@ struct Builder<'a> {
     written: Vec<bool>,
     next_float: u32,
     specialize: bool,
-    /// In a sized program (sized.rs): the geometry parameter, the next unread position in it,
+    /// In a bucketed program (buckets.rs): the geometry parameter, the next unread position in it,
     /// and where each tensor argument's geometry starts.
-    sized: Option<SizedBuild>,
+    bucket: Option<BucketBuild>,
 }
 
-struct SizedBuild {
+struct BucketBuild {
     geo: Value,
     next: usize,
     starts: Vec<(u32, usize)>,
@@ -650,7 +672,7 @@ struct SizedBuild {
 
 impl Builder<'_> {
     fn new<'a>(scan: &'a Scan, held: &'a Held, specialize: bool) -> Builder<'a> {
-        Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize, sized: None }
+        Builder { cx: Cx::new(), feeds: Vec::new(), scan, held, bases: Vec::new(), written: Vec::new(), next_float: 0, specialize, bucket: None }
     }
 
     fn feed(&mut self, ty: TensorType, feed: Feed) -> Value {
@@ -672,7 +694,11 @@ impl Builder<'_> {
                 Some(s) => self.feed(TensorType { elem: s.dtype.elem(), dims: s.dims.clone() }, Feed::Base(self.bases.len() as u32)),
                 None => {
                     let dt = dtype_of(t.dtype)?;
-                    let n = cell.nbytes() / dt.size() as i64;
+                    let mut n = cell.nbytes() / dt.size() as i64;
+                    if self.bucket.is_some() {
+                        // Its buffer will hold a bucket, like a bucketed result's.
+                        n = buckets::bucket(n);
+                    }
                     self.cx.full(0.0, dt, &[n])
                 }
             };
@@ -697,12 +723,16 @@ impl Builder<'_> {
         }
         let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap() as u32;
         let mut base = self.base(slot, t)?;
-        if let Some(sb) = &mut self.sized {
-            // Servable calls read views in their storage's dtype (sized::servable).
+        if let Some(sb) = &mut self.bucket {
+            // Servable calls read views in their storage's dtype (buckets::servable).
             let (geo, at) = (sb.geo, sb.next);
             sb.next += 1 + 2 * t.sizes().len();
             sb.starts.push((arg, at));
-            let v = sized::read(&mut self.cx, base, geo, at, &sized::padded(t.sizes()));
+            let v = buckets::read(&mut self.cx, base, geo, at, &buckets::padded(t.sizes()));
+            if self.cx.padded.is_some() {
+                let real = buckets::real_sizes(&mut self.cx, geo, at, t.sizes().len());
+                self.cx.padded.as_mut().unwrap().real.push((v, real));
+            }
             return Ok(Tensor { v, dtype, rank });
         }
         if self.cx.dtype(base) != dtype {
@@ -761,16 +791,16 @@ impl Builder<'_> {
             )));
         }
         let dims = self.cx.dims(v);
-        if let Some(sb) = &self.sized {
-            let padded = sized::padded(t.sizes());
+        if let Some(sb) = &self.bucket {
+            let padded = buckets::padded(t.sizes());
             if dims != padded {
-                return Err(Error::runtime(format!("torchtpu: sized {}: result {:?} for a written {:?}", info.base, dims, padded)));
+                return Err(Error::runtime(format!("torchtpu: bucketed {}: result {:?} for a written {:?}", info.base, dims, padded)));
             }
             let (geo, at) = (sb.geo, sb.starts.iter().find(|s| s.0 as usize == arg).expect("a written tensor was read first").1);
             let v = self.cx.cast(v, dtype);
             let slot = self.scan.cells.iter().position(|&c| c == t.cell as *mut Cell).unwrap();
             let base = self.base(slot as u32, t)?;
-            self.bases[slot] = sized::write(&mut self.cx, base, geo, at, &padded, v);
+            self.bases[slot] = buckets::write(&mut self.cx, base, geo, at, &padded, v);
             self.written[slot] = true;
             return Ok(None);
         }
@@ -843,13 +873,13 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
 
 enum Dry {
     Resize(usize, Vec<i64>),
-    /// The lowering adds checks or replaces the module: not for a sized program.
-    Unsized,
+    /// The lowering adds checks or replaces the module: not for a bucketed program.
+    Exact,
     /// The sizes of the new results.
     Results(Vec<Vec<i64>>),
 }
 
-/// Lowers the call at its exact shapes without compiling (see lookup_sized).
+/// Lowers the call at its exact shapes without compiling (see lookup_bucketed).
 fn dry_run(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held) -> Result<Dry, Error> {
     let mut b = Builder::new(scan, held, specialize);
     let lowered = b.lower_call(info, f, args, Sizing::None)?;
@@ -860,33 +890,36 @@ fn dry_run(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg
     }
     let o = b.returned_outputs(outs);
     if !b.cx.checks.is_empty() || b.cx.module_override.is_some() {
-        return Ok(Dry::Unsized);
+        return Ok(Dry::Exact);
     }
     Ok(Dry::Results(o.specs.iter().map(|s| match s {
         OutSpec::New { dims, .. } | OutSpec::Base { dims, .. } => dims.clone(),
     }).collect()))
 }
 
-/// Lowers and compiles the sized program of a call (sized.rs); None if the op's lowering does
+/// Lowers and compiles the bucketed program of a call (buckets.rs); None if the op's lowering does
 /// not keep the padded shapes (then the call compiles exactly).
 #[allow(clippy::too_many_arguments)]
-fn build_sized(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, geometry: &[i64], dims: &[Vec<i64>]) -> Result<Option<Entry>, Error> {
+fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, geometry: &[i64], dims: &[Vec<i64>]) -> Result<Option<Entry>, Error> {
     let mut b = Builder::new(scan, held, specialize);
     let geo = b.feed(TensorType { elem: ElemType::I64, dims: vec![geometry.len() as i64] }, Feed::Geometry);
-    b.sized = Some(SizedBuild { geo, next: 0, starts: Vec::new() });
+    b.bucket = Some(BucketBuild { geo, next: 0, starts: Vec::new() });
+    if info.lowering.is_some_and(|l| l.bucketed) {
+        b.cx.padded = Some(lowerings::Padded { real: Vec::new(), results: dims.iter().map(|d| buckets::padded(d)).collect() });
+    }
     let lowered = b.lower_call(info, f, args, Sizing::None)?;
     let mut outs = lowered.into_iter();
     if b.write_arguments(info, args, Sizing::None, &mut outs)?.is_some() {
         return Ok(None);
     }
     let mut o = b.returned_outputs(outs);
-    let mut at = b.sized.as_ref().unwrap().next;
+    let mut at = b.bucket.as_ref().unwrap().next;
     for (i, d) in dims.iter().enumerate() {
-        let padded = sized::padded(d);
+        let padded = buckets::padded(d);
         if b.cx.dims(o.results[i]) != padded {
             return Ok(None);
         }
-        let flat = sized::flatten(&mut b.cx, o.results[i], geo, at, &padded, sized::capacity(d));
+        let flat = buckets::flatten(&mut b.cx, o.results[i], geo, at, &padded, buckets::capacity(d));
         at += d.len();
         o.specs[i] = OutSpec::New { dtype: b.cx.dtype(flat), dims: b.cx.dims(flat) };
         o.results[i] = flat;
@@ -1121,7 +1154,7 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
-fn run(entry: &Entry, sized: Option<&SizedCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
+fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
     for c in &entry.host_checks {
         checks::run_host(c, args)?;
     }
@@ -1145,7 +1178,7 @@ fn run(entry: &Entry, sized: Option<&SizedCall>, args: &[TtArg], scan: &Scan, he
             }
             Feed::CheckAcc => {}
             Feed::Geometry => {
-                let g = &sized.expect("a sized program runs with its call's geometry").geometry;
+                let g = &bucket.expect("a bucketed program runs with its call's geometry").geometry;
                 let bytes: Vec<u8> = g.iter().flat_map(|x| x.to_le_bytes()).collect();
                 owned.push(upload(rt, &bytes, DType::I64, &[g.len() as i64], device)?);
             }
@@ -1190,8 +1223,8 @@ fn run(entry: &Entry, sized: Option<&SizedCall>, args: &[TtArg], scan: &Scan, he
         match spec {
             OutSpec::New { dtype, dims } => {
                 let bytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                // A sized program's result holds its bucket: the tensor has its real sizes.
-                let shown = sized.map_or(dims, |s| &s.dims[i]);
+                // A bucketed program's result holds its bucket: the tensor has its real sizes.
+                let shown = bucket.map_or(dims, |s| &s.dims[i]);
                 let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
                 let stored = Stored { buf: DevBuf::new(buf, bytes, device), dtype: *dtype, dims: dims.clone() };
                 let cell = Cell::new(nbytes, device, Some(stored));

@@ -41,7 +41,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {
             Some(Some((s.clone(), 0)))
         }
-        // A contiguous run of a 1-d buffer at most twice its size (a sized result's bucket).
+        // A contiguous run of a 1-d buffer at most twice its size (a bucketed result's bucket).
         Some(s) if s.dtype as i8 == t.dtype && s.dims.len() == 1 && g.is_contiguous() && g.offset + g.numel() <= s.dims[0] && s.dims[0] <= 2 * g.numel() => {
             Some(Some((s.clone(), g.offset as usize)))
         }
@@ -69,7 +69,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
 }
 
 /// Reads `dst.len()` bytes of a buffer from its element `offset` (a buffer may hold more than
-/// its storage: see sized.rs).
+/// its storage: see buckets.rs).
 fn read_run(s: &Stored, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
     let total = s.dims.iter().product::<i64>() as usize * s.dtype.size();
     if offset == 0 && total == dst.len() {

@@ -6,12 +6,12 @@
 //!
 //! ```text
 //! 4  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
-//! 3  dispatch   running one aten call; the engine lock         uses checks, cell, lock, view, sized, runtime, values, error, abi
+//! 3  dispatch   running one aten call; the engine lock         uses checks, cell, lock, view, buckets, runtime, values, error, abi
 //! 2  checks     data-dependent checks (host, device)           uses runtime, values, error, abi
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error
-//! 0  error, values, lock, address, view, sized, disk_cache: import nothing of the engine (abi is a crate)
+//! 0  error, values, lock, address, view, buckets, disk_cache: import nothing of the engine (abi is a crate)
 //! ```
 //!
 //! The crate root only declares modules, re-exports and asks `runtime` for the device count.
@@ -26,7 +26,7 @@ pub mod host;
 pub mod lock;
 pub mod memory;
 pub mod runtime;
-pub mod sized;
+pub mod buckets;
 pub mod values;
 pub mod view;
 

@@ -27,6 +27,23 @@ pub struct Cx {
     /// A serialized module to compile instead of the printed one (a user's kernel, see
     /// ops/custom_kernels.rs): its @main takes the params and returns the results built here.
     pub module_override: Option<std::sync::Arc<Vec<u8>>>,
+    /// In a bucketed program (the engine's buckets.rs), where tensor arguments arrive padded.
+    pub padded: Option<Padded>,
+}
+
+/// Tensor arguments padded to bucketed sizes, for lowerings declared `.bucketed()`.
+#[derive(Default)]
+pub struct Padded {
+    /// Per padded argument value, its real sizes (0-d int64 values).
+    pub real: Vec<(Value, Vec<Value>)>,
+    /// The padded dims each result must have.
+    pub results: Vec<Vec<i64>>,
+}
+
+impl Padded {
+    pub fn real_sizes(&self, v: Value) -> Option<&[Value]> {
+        self.real.iter().find(|(x, _)| *x == v).map(|(_, s)| s.as_slice())
+    }
 }
 
 /// A data-dependent check, as PyTorch's kernels make while reading indices: when it fails,
@@ -88,7 +105,7 @@ impl Default for Cx {
 
 impl Cx {
     pub fn new() -> Self {
-        Cx { b: Builder::new(), feeds: Vec::new(), checks: Vec::new(), host_params: Vec::new(), module_override: None }
+        Cx { b: Builder::new(), feeds: Vec::new(), checks: Vec::new(), host_params: Vec::new(), module_override: None, padded: None }
     }
 
     /// A module parameter fed by the caller; `tag` says which of its inputs.

@@ -56,8 +56,11 @@ pub struct Op {
     pub keep_composite: &'static [&'static str],
     /// Each output element depends only on the input elements at its own (broadcast) index,
     /// and the result's shape is the inputs' broadcast shape: the engine may then run the op
-    /// on inputs padded to bucketed sizes and keep the prefix (see the engine's sized.rs).
+    /// on inputs padded to bucketed sizes and keep the prefix (see the engine's buckets.rs).
     pub pointwise: bool,
+    /// The lowering runs on inputs padded to bucketed sizes itself, reading their real sizes
+    /// from `Cx::padded` (cat, attention): the engine may serve it like a pointwise op.
+    pub bucketed: bool,
 }
 
 /// Declares the lowering `f` of the op `name`.
@@ -82,6 +85,7 @@ const fn ops_named(names: Names, f: LowerFn) -> Op {
         host_tensors: false,
         keep_composite: &[],
         pointwise: false,
+        bucketed: false,
     }
 }
 
@@ -119,6 +123,11 @@ impl Op {
     /// See `Op::pointwise`.
     pub const fn pointwise(self) -> Op {
         Op { pointwise: true, ..self }
+    }
+
+    /// See `Op::bucketed`.
+    pub const fn bucketed(self) -> Op {
+        Op { bucketed: true, ..self }
     }
 
     /// See `Op::keep_composite`.

@@ -197,9 +197,9 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("compile_seconds", s.compile_seconds)?;
     d.set_item("executions", s.executions)?;
     d.set_item("evictions", s.evictions)?;
-    d.set_item("sized_programs", s.sized_programs)?;
-    d.set_item("sized_shapes", s.sized_shapes)?;
-    d.set_item("sized_promoted", s.sized_promoted)?;
+    d.set_item("bucket_programs", s.bucket_programs)?;
+    d.set_item("bucket_shapes", s.bucket_shapes)?;
+    d.set_item("bucket_promoted", s.bucket_promoted)?;
     use std::sync::atomic::Ordering::Relaxed;
     d.set_item("disk_hits", engine::disk_cache::DISK_HITS.load(Relaxed))?;
     d.set_item("disk_writes", engine::disk_cache::DISK_WRITES.load(Relaxed))?;

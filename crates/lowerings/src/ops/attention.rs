@@ -20,6 +20,7 @@ pub(crate) const OPS: &[Op] = &[
     // Routed: PyTorch's SDPA backend for other devices; its composites only raise.
     op("_scaled_dot_product_fused_attention_overrideable", forward)
         .specialized()
+        .bucketed()
         .routed(&["_scaled_dot_product_fused_attention_overrideable"]),
     op("_scaled_dot_product_fused_attention_overrideable_backward", backward)
         .specialized()
@@ -38,6 +39,9 @@ struct Attn {
     scale: f64,
     causal: bool,
     acc: DType,
+    /// In a bucketed program: the scale when it comes from the real head size, and the real
+    /// number of keys (0-d values); keys past it are masked out.
+    padded: Option<(Option<Value>, Value)>,
 }
 
 fn float_arg(args: &Args, name: &str) -> Option<f64> {
@@ -93,6 +97,7 @@ fn setup(cx: &Cx, q: &Tensor, k: &Tensor, v: &Tensor, args: &Args) -> Result<Att
         scale,
         causal: args.bool_or("is_causal", false)?,
         acc: q.dtype.opmath(),
+        padded: None,
     })
 }
 
@@ -111,7 +116,10 @@ impl Attn {
     fn scores(&self, cx: &mut Cx, q5: Value, k: Value, bias: Option<&Tensor>) -> Result<Value> {
         let qk = contract(cx, q5, k, (&[0, 1], &[0, 1]), (&[4], &[3]));
         let dims = self.scores_dims();
-        let scale = cx.full(self.scale, self.acc, &dims);
+        let scale = match self.padded {
+            Some((Some(scale), _)) => cx.b.broadcast_in_dim(scale, &dims, &[]),
+            _ => cx.full(self.scale, self.acc, &dims),
+        };
         let mut s = cx.b.mul(qk, scale);
         if let Some(bias) = bias {
             let full = [self.b, self.hk * self.g, self.l, self.s];
@@ -138,6 +146,14 @@ impl Attn {
             let ninf = cx.full(f64::NEG_INFINITY, self.acc, &dims);
             s = cx.b.select(keep, s, ninf);
         }
+        if let Some((_, keys)) = self.padded {
+            let ty = stablehlo::TensorType { elem: DType::I64.elem(), dims: dims.to_vec() };
+            let col = cx.b.iota(&ty, 4);
+            let keys = cx.b.broadcast_in_dim(keys, &dims, &[]);
+            let keep = cx.b.compare(CmpDir::Lt, col, keys);
+            let ninf = cx.full(f64::NEG_INFINITY, self.acc, &dims);
+            s = cx.b.select(keep, s, ninf);
+        }
         Ok(s)
     }
 
@@ -150,9 +166,13 @@ impl Attn {
 /// (query, key, value, attn_bias?, dropout_p, is_causal, return_debug_mask, *, scale) ->
 /// (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
 fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
-    let (q, k, v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
+    let (mut q, mut k, mut v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
     let bias = args.opt_tensor("attn_bias")?;
-    let a = setup(cx, &q, &k, &v, args)?;
+    let mut a = setup(cx, &q, &k, &v, args)?;
+    let mut real_lengths = None;
+    if cx.padded.is_some() {
+        real_lengths = Some(unpad(cx, &mut a, &mut q, &mut k, &mut v, args));
+    }
     let q5 = a.group(cx, q.v);
     let s = a.scores(cx, q5, k.v, bias.as_ref())?;
     // Fully masked rows give zeros (PyTorch's safe softmax) and a log-sum-exp of -inf.
@@ -182,8 +202,10 @@ fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     // No variable-length batches, no dropout state, no debug mask: empty tensors stand in
     // for PyTorch's undefined ones.
     let empty = |cx: &mut Cx, d: DType| Out::Tensor(cx.full(0.0, d, &[0]));
-    let max_q = cx.full(a.l as f64, DType::I64, &[]);
-    let max_k = cx.full(a.s as f64, DType::I64, &[]);
+    let (max_q, max_k) = match real_lengths {
+        Some(lengths) => lengths,
+        None => (cx.full(a.l as f64, DType::I64, &[]), cx.full(a.s as f64, DType::I64, &[])),
+    };
     Ok(vec![
         Out::Tensor(out),
         Out::Tensor(lse),
@@ -195,6 +217,51 @@ fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         empty(cx, DType::I64),
         empty(cx, q.dtype),
     ])
+}
+
+/// Attention on inputs padded to bucketed sizes (a bucketed program): the padding lanes of the
+/// head size are zeroed in q and k (they then add nothing to the scores), the default scale
+/// comes from the real head size, keys past the real ones are masked, and key/value heads are
+/// repeated per query head by the real group size (the padded head counts need not keep it).
+/// Padded batches and queries compute rows that are dropped. The real query and key lengths.
+fn unpad(cx: &mut Cx, a: &mut Attn, q: &mut Tensor, k: &mut Tensor, v: &mut Tensor, args: &Args) -> (Value, Value) {
+    let p = cx.padded.as_ref().unwrap();
+    let (rq, rk) = (p.real_sizes(q.v).unwrap().to_vec(), p.real_sizes(k.v).unwrap().to_vec());
+    let i64 = |dims: &[i64]| stablehlo::TensorType { elem: DType::I64.elem(), dims: dims.to_vec() };
+    for (t, real) in [(&mut *q, &rq), (&mut *k, &rk)] {
+        let dims = cx.dims(t.v);
+        let lane = cx.b.iota(&i64(&dims), 3);
+        let size = cx.b.broadcast_in_dim(real[3], &dims, &[]);
+        let inside = cx.b.compare(CmpDir::Lt, lane, size);
+        let zero = cx.full(0.0, t.dtype, &dims);
+        t.v = cx.b.select(inside, t.v, zero);
+    }
+    let hq = cx.dims(q.v)[1];
+    if a.g != 1 || a.hk != hq {
+        // Query head h reads key/value head min(h / (Hq / Hk), Hk - 1), in real head counts.
+        let group = cx.b.div(rq[1], rk[1]);
+        let heads = cx.b.iota(&i64(&[hq]), 0);
+        let group = cx.b.broadcast_in_dim(group, &[hq], &[]);
+        let kv_head = cx.b.div(heads, group);
+        let one = cx.full(1.0, DType::I64, &[]);
+        let last = cx.b.sub(rk[1], one);
+        let last = cx.b.broadcast_in_dim(last, &[hq], &[]);
+        let kv_head = cx.b.min(kv_head, last);
+        k.v = crate::blocks::gather::take_along(cx, k.v, 1, kv_head);
+        v.v = crate::blocks::gather::take_along(cx, v.v, 1, kv_head);
+        a.hk = hq;
+        a.g = 1;
+    }
+    let scale = float_arg(args, "scale").is_none().then(|| {
+        // 1 / sqrt(E) in f64, rounded once, as the exact program's constant is.
+        let e = cx.convert(rq[3], DType::F64.elem());
+        let root = cx.b.sqrt(e);
+        let one = cx.full(1.0, DType::F64, &[]);
+        let scale = cx.b.div(one, root);
+        cx.convert(scale, a.acc.elem())
+    });
+    a.padded = Some((scale, rk[2]));
+    (rq[2], rk[2])
 }
 
 /// Sums a [B, H, L, S] gradient down to the shape of the bias it was broadcast from.

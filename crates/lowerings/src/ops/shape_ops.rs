@@ -10,7 +10,7 @@ use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
-    op("cat", cat),
+    op("cat", cat).bucketed(),
     op("narrow_copy", narrow_copy),
     // Routed: its composites (FSDP2's gradient packing) pad and copy one tensor at a time, and
     // read past a 0-d input's sizes.
@@ -77,6 +77,9 @@ fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if out.iter().product::<i64>() == 0 {
         return one(cx.full(0.0, dtype, &out));
     }
+    if cx.padded.is_some() {
+        return one(cat_padded(cx, &ts, dim, dtype));
+    }
     let parts: Vec<Value> = ts
         .iter()
         .zip(&shapes)
@@ -84,6 +87,44 @@ fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         .map(|(t, _)| cx.cast(t.v, dtype))
         .collect();
     one(cx.concatenate(&parts, dim as i64))
+}
+
+/// cat in a bucketed program: the inputs are padded along `dim` and their real sizes are
+/// runtime values, so each result lane along `dim` takes the input whose real range holds it,
+/// at its position in that input (the padding lanes past the real total repeat real values).
+fn cat_padded(cx: &mut Cx, ts: &[crate::Tensor], dim: usize, dtype: DType) -> Value {
+    let padded = cx.padded.as_ref().unwrap();
+    let out = padded.results[0].clone();
+    let reals: Vec<Value> = ts.iter().map(|t| padded.real_sizes(t.v).expect("a padded input")[dim]).collect();
+    let n = out[dim];
+    let ty = TensorType { elem: ElemType::I64, dims: vec![n] };
+    let lane = cx.iota(&ty, 0);
+    let mut start = cx.full(0.0, DType::I64, &[]);
+    let mut result: Option<Value> = None;
+    for (t, &real) in ts.iter().zip(&reals) {
+        // Lane i reads this input at i - start, clamped into its real range.
+        let from = cx.broadcast_in_dim(start, &[n], &[]);
+        let at = cx.sub(lane, from);
+        let zero = cx.full(0.0, DType::I64, &[n]);
+        let one = cx.full(1.0, DType::I64, &[]);
+        let last = cx.sub(real, one);
+        let last = cx.broadcast_in_dim(last, &[n], &[]);
+        let at = cx.max(at, zero);
+        let at = cx.min(at, last);
+        let v = cx.cast(t.v, dtype);
+        let taken = crate::blocks::gather::take_along(cx, v, dim, at);
+        result = Some(match result {
+            None => taken,
+            Some(prev) => {
+                // Lanes at or past this input's start take it.
+                let mine = cx.compare(CmpDir::Ge, lane, from);
+                let mine = cx.broadcast_in_dim(mine, &out, &[dim as i64]);
+                cx.select(mine, taken, prev)
+            }
+        });
+        start = cx.add(start, real);
+    }
+    result.unwrap()
 }
 
 fn flip(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {

@@ -1,4 +1,4 @@
-//! Programs reused across sizes ("sized programs"): a pointwise op (declared `.pointwise()`)
+//! Programs reused across sizes ("bucketed programs"): a pointwise op (declared `.pointwise()`)
 //! that meets a new shape of a layout it has already compiled for several times runs one
 //! program per *bucket* of sizes instead of one per size. Its inputs are gathered, through
 //! their views' sizes, strides and offsets given as a runtime vector (the "geometry"), into
@@ -18,7 +18,7 @@ use lowerings::Cx;
 use stablehlo::{ElemType, GatherDims, ScatterDims, TensorType, Value};
 
 /// Distinct shapes of one family (op, argument kinds, dtypes and ranks) compiled exactly
-/// before sized programs serve it: fixed-shape
+/// before bucketed programs serve it: fixed-shape
 /// code (a training step) keeps its dense programs; a size that keeps changing (a growing KV
 /// cache, a serving step's token count) stops compiling after these.
 pub const EXACT_SHAPES_FIRST: u32 = 2;
@@ -27,18 +27,18 @@ pub const EXACT_SHAPES_FIRST: u32 = 2;
 /// where a gather's cost would show.
 pub const MAX_ELEMENTS: i64 = 1 << 22;
 
-/// Calls of one exact shape a sized program serves before that shape compiles its own program:
+/// Calls of one exact shape a bucketed program serves before that shape compiles its own program:
 /// a shape that keeps coming back (a training step's) stops paying for the gathers, one that
 /// passes (a decoding step's) never compiles.
 pub const PROMOTE_AFTER: u32 = 1000;
 
-/// Whether sized programs are on without TORCHTPU_SIZED_PROGRAMS set.
+/// Whether bucketed programs are on without TORCHTPU_BUCKET_PROGRAMS set.
 const ON_BY_DEFAULT: bool = false;
 
-/// Whether sized programs are on (TORCHTPU_SIZED_PROGRAMS=1 or 0 turns them on or off).
+/// Whether bucketed programs are on (TORCHTPU_BUCKET_PROGRAMS=1 or 0 turns them on or off).
 pub fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TORCHTPU_SIZED_PROGRAMS").map_or(ON_BY_DEFAULT, |v| v.trim() != "0"))
+    *ON.get_or_init(|| std::env::var("TORCHTPU_BUCKET_PROGRAMS").map_or(ON_BY_DEFAULT, |v| v.trim() != "0"))
 }
 
 /// A size's bucket: 0 and 1 stay (a size-1 dim broadcasts), others round up to a power of two.
@@ -54,27 +54,33 @@ pub fn padded(sizes: &[i64]) -> Vec<i64> {
     sizes.iter().map(|&n| bucket(n)).collect()
 }
 
-/// Calls a sized program can serve: device tensors that are non-empty, in their storage's
-/// dtype, padded to at most MAX_ELEMENTS, and written ones without repeated elements; CPU
-/// tensors only as 0-d values; no tensor lists.
+/// Calls a bucketed program can serve: device tensors that are non-empty, in their storage's
+/// dtype, padded to at most MAX_ELEMENTS, and written ones without repeated elements (lists of
+/// them are read only); CPU tensors only as 0-d values.
 pub fn servable(args: &[TtArg], base_dtype: impl Fn(&TtTensor) -> Option<i8>, written: &[usize]) -> bool {
+    let device_tensor = |t: &TtTensor| {
+        let sizes = t.sizes();
+        !t.is_host() && !sizes.contains(&0) && padded(sizes).iter().product::<i64>() <= MAX_ELEMENTS && base_dtype(t) == Some(t.dtype)
+    };
     let mut any = false;
     for (i, a) in args.iter().enumerate() {
         match a.kind {
-            TT_TENSOR_LIST => return false,
-            TT_TENSOR => {
-                let t = a.tensor();
-                if t.is_host() {
-                    if t.ndim != 0 {
-                        return false;
-                    }
-                    continue;
-                }
-                let sizes = t.sizes();
-                if sizes.contains(&0) || padded(sizes).iter().product::<i64>() > MAX_ELEMENTS || base_dtype(t) != Some(t.dtype) {
+            TT_TENSOR_LIST => {
+                let items = a.list::<TtArg>();
+                if written.contains(&i) || items.is_empty() || !items.iter().all(|x| x.kind == TT_TENSOR && device_tensor(x.tensor())) {
                     return false;
                 }
-                if written.contains(&i) && t.strides().iter().zip(sizes).any(|(&s, &n)| s == 0 && n > 1) {
+                any = true;
+            }
+            TT_TENSOR => {
+                let t = a.tensor();
+                if t.is_host() && t.ndim == 0 {
+                    continue;
+                }
+                if !device_tensor(t) {
+                    return false;
+                }
+                if written.contains(&i) && t.strides().iter().zip(t.sizes()).any(|(&s, &n)| s == 0 && n > 1) {
                     return false;
                 }
                 any = true;
@@ -85,7 +91,7 @@ pub fn servable(args: &[TtArg], base_dtype: impl Fn(&TtTensor) -> Option<i8>, wr
     any
 }
 
-/// The key words of a device tensor in a sized program: dtype, rank, then (unless only the
+/// The key words of a device tensor in a bucketed program: dtype, rank, then (unless only the
 /// family is keyed) per dim its bucket; sizes, strides and offset are runtime values.
 pub fn key_tensor(key: &mut Vec<u64>, t: &TtTensor, family: bool) {
     key.push(t.dtype as u8 as u64 | (t.flags as u64) << 8);
@@ -113,6 +119,11 @@ fn tensor_geometry(t: &TtTensor, out: &mut Vec<i64>) {
     out.push(t.offset);
     out.extend_from_slice(t.sizes());
     out.extend_from_slice(t.strides());
+}
+
+/// The real sizes of the view whose geometry is at `at`, as 0-d int64 values.
+pub fn real_sizes(cx: &mut Cx, geo: Value, at: usize, rank: usize) -> Vec<Value> {
+    (0..rank).map(|d| entry(cx, geo, at + 1 + d)).collect()
 }
 
 /// geometry[i] as a 0-d i64 value.
@@ -214,7 +225,7 @@ pub fn write(cx: &mut Cx, base: Value, geo: Value, at: usize, dims: &[i64], valu
     cx.reshape(kept, &base_dims)
 }
 
-/// The elements of a sized result's buffer: its element count's bucket, so that a buffer holds
+/// The elements of a bucketed result's buffer: its element count's bucket, so that a buffer holds
 /// less than twice its tensor.
 pub fn capacity(sizes: &[i64]) -> i64 {
     bucket(sizes.iter().product())
@@ -225,6 +236,9 @@ pub fn capacity(sizes: &[i64]) -> i64 {
 /// tail past the real count holds copies of real elements.
 pub fn flatten(cx: &mut Cx, v: Value, geo: Value, at: usize, dims: &[i64], cap: i64) -> Value {
     let flat = cx.reshape(v, &[dims.iter().product()]);
+    if cap == 0 {
+        return flat;
+    }
     let ty = TensorType { elem: ElemType::I64, dims: vec![cap] };
     let mut rest = cx.iota(&ty, 0);
     let mut pos: Option<Value> = None;

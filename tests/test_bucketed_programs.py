@@ -1,0 +1,228 @@
+"""Bucketed programs (crates/engine/src/buckets.rs): an op meeting new shapes of a family it has
+compiled for twice runs one program per bucket of sizes. Each case runs in a subprocess with
+them turned on and a fresh persistent cache, checks every result against PyTorch on CPU, and
+reports the compile counts."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+PRELUDE = """
+import json, torch, torchtpu
+torch.manual_seed(0)
+stats = torch.tpu.compile_stats
+bad = []
+def same(got, want, what):
+    got = got.cpu()
+    ok = got.shape == want.shape and got.dtype == want.dtype and (
+        torch.equal(got, want) or (want.is_floating_point() and torch.allclose(got, want, atol=1e-6, rtol=1e-5, equal_nan=True)))
+    if not ok:
+        bad.append(what)
+"""
+
+
+def run(code, tmp_path, on=True):
+    env = dict(os.environ, TORCHTPU_BUCKET_PROGRAMS="1" if on else "0", TORCHTPU_CACHE_DIR=str(tmp_path))
+    p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_growing_slice_compiles_once_per_bucket(tmp_path):
+    got = run("""
+        base = torch.randn(50, 7)
+        d = base.to("tpu")
+        m0, s0 = stats()["misses"], stats()["bucket_shapes"]
+        for n in range(1, 41):
+            same(d[:n] + 1, base[:n] + 1, f"add {n}")
+        s = stats()
+        print(json.dumps({"bad": bad, "misses": s["misses"] - m0, "bucket_shapes": s["bucket_shapes"] - s0}))
+    """, tmp_path)
+    assert got["bad"] == []
+    # n = 1 and 2 exactly, then one program per bucket of rows (4, 8, 16, 32, 64) and of
+    # result elements (a buffer holds less than twice its tensor).
+    def bucket(n):
+        return 1 << (n - 1).bit_length()
+    assert got["misses"] == 2 + len({(bucket(n), bucket(7 * n)) for n in range(3, 41)}) == 10
+    assert got["bucket_shapes"] == 38
+
+
+def test_pointwise_values_match_cpu_across_sizes_views_and_dtypes(tmp_path):
+    got = run("""
+        base = torch.randn(50, 7)
+        d = base.to("tpu")
+        for n in range(1, 41):
+            same((d[:n] * d[:n]).relu(), (base[:n] * base[:n]).relu(), f"mul relu {n}")
+            same(d[:n].t() * 2, base[:n].t() * 2, f"transposed {n}")
+            same(d[:n, 1:5] - d[n:n + 1, 1:5], base[:n, 1:5] - base[n:n + 1, 1:5], f"broadcast {n}")
+            same(d[1:n + 1:2, ::3].exp(), base[1:n + 1:2, ::3].exp(), f"strided {n}")
+            same(torch.nn.functional.gelu(d[:n]), torch.nn.functional.gelu(base[:n]), f"gelu {n}")
+            same(d[:n].to(torch.float16), base[:n].to(torch.float16), f"cast {n}")
+            same(torch.where(d[:n] > 0, d[:n], 0.5), torch.where(base[:n] > 0, base[:n], 0.5), f"where {n}")
+            same(d[:n] * torch.tensor(3.0), base[:n] * torch.tensor(3.0), f"cpu 0-d {n}")
+            same(d[:n] / d[n, 0], base[:n] / base[n, 0], f"device 0-d {n}")
+            same(d[:n].log(), base[:n].log(), f"nan {n}")
+        for dt in [torch.int32, torch.int64, torch.bfloat16, torch.float64, torch.bool]:
+            for n in range(1, 20):
+                c = (torch.randn(n, 3) * 10).to(dt)
+                t = c.to("tpu")
+                if dt == torch.bool:
+                    same(t ^ t[:1], c ^ c[:1], f"{dt} {n}")
+                else:
+                    same(t * 3 + t[:1], c * 3 + c[:1], f"{dt} {n}")
+                    same(t.abs(), c.abs(), f"abs {dt} {n}")
+        print(json.dumps({"bad": bad, "bucketed": stats()["bucket_shapes"]}))
+    """, tmp_path)
+    assert got["bad"] == []
+    assert got["bucketed"] > 100
+
+
+def test_in_place_writes_touch_only_the_view(tmp_path):
+    got = run("""
+        c = torch.randn(100, 5)
+        d = c.to("tpu")
+        for n in range(1, 41):
+            v = torch.randn(n, 5)
+            c[n:2 * n].copy_(v); d[n:2 * n].copy_(v.to("tpu"))
+            c[:n].add_(1.5); d[:n].add_(1.5)
+            c[:, :n % 5 + 1].mul_(0.5); d[:, :n % 5 + 1].mul_(0.5)
+            c[:n, 2].fill_(7); d[:n, 2].fill_(7)
+            c[::3][:n % 30 + 1].masked_fill_(c[::3][:n % 30 + 1] > 1, -1.0)
+            d[::3][:n % 30 + 1].masked_fill_(d[::3][:n % 30 + 1] > 1, -1.0)
+            same(d, c, f"in place {n}")
+        print(json.dumps({"bad": bad, "bucketed": stats()["bucket_shapes"]}))
+    """, tmp_path)
+    assert got["bad"] == []
+    assert got["bucketed"] > 100
+
+
+def test_errors_stay_pytorchs(tmp_path):
+    got = run("""
+        d = torch.randn(50, 7, device="tpu")
+        errors = []
+        for n in range(3, 20):
+            (d[:n] + d[:n]).sum()  # the family goes bucketed
+            try:
+                d[:n] + d[:n + 1]
+            except RuntimeError as e:
+                errors.append(str(e))
+            try:
+                d[:n, :1].add_(d[:n])
+            except RuntimeError as e:
+                errors.append(str(e))
+        print(json.dumps({"errors": errors, "bucketed": stats()["bucket_shapes"]}))
+    """, tmp_path)
+    assert len(got["errors"]) == 34
+    assert all("must match the size of tensor b" in e or "doesn't match the broadcast shape" in e for e in got["errors"]), got["errors"][:4]
+    assert got["bucketed"] > 10
+
+
+def test_a_shape_served_often_gets_its_exact_program(tmp_path):
+    got = run("""
+        base = torch.randn(50, 7)
+        d = base.to("tpu")
+        for n in (1, 2, 3):
+            d[:n] + 1
+        m0 = stats()["misses"]
+        for _ in range(1100):
+            r = d[:3] + 1
+        same(r, base[:3] + 1, "promoted")
+        s = stats()
+        print(json.dumps({"bad": bad, "promoted": s["bucket_promoted"], "misses": s["misses"] - m0}))
+    """, tmp_path)
+    assert got["bad"] == []
+    assert got["promoted"] == 1 and got["misses"] == 1
+
+
+def test_off_compiles_every_shape(tmp_path):
+    got = run("""
+        d = torch.randn(50, 7, device="tpu")
+        m0 = stats()["misses"]
+        for n in range(1, 11):
+            d[:n] + 1
+        s = stats()
+        print(json.dumps({"misses": s["misses"] - m0, "bucketed": s["bucket_shapes"]}))
+    """, tmp_path, on=False)
+    assert got == {"misses": 10, "bucketed": 0}
+
+
+def test_a_growing_kv_cache_stops_compiling(tmp_path):
+    # A decoding loop's shape: K/V caches and token ids grow by one per step through cat, the
+    # step attends over the whole cache, stop tokens are looked up with isin.
+    got = run("""
+        import torch.nn.functional as F
+        kc, vc = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+        kd, vd = kc.to("tpu"), vc.to("tpu")
+        ids_c = torch.randint(0, 50, (1, 5)); ids_d = ids_c.to("tpu")
+        stop_c = torch.tensor([3, 7]); stop_d = stop_c.to("tpu")
+        misses = []
+        for step in range(70):
+            m0 = stats()["misses"]
+            q, k, v = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 1, 16), torch.randn(1, 2, 1, 16)
+            kc = torch.cat([kc, k], dim=2); kd = torch.cat([kd, k.to("tpu")], dim=2)
+            vc = torch.cat([vc, v], dim=2); vd = torch.cat([vd, v.to("tpu")], dim=2)
+            want = F.scaled_dot_product_attention(q, kc, vc, enable_gqa=True)
+            out = F.scaled_dot_product_attention(q.to("tpu"), kd, vd, enable_gqa=True)
+            same(out, want, f"attention {step}")
+            t = torch.randint(0, 50, (1, 1))
+            ids_c = torch.cat([ids_c, t], dim=1); ids_d = torch.cat([ids_d, t.to("tpu")], dim=1)
+            same(ids_d, ids_c, f"ids {step}")
+            same(torch.isin(ids_d, stop_d), torch.isin(ids_c, stop_c), f"isin {step}")
+            same(torch.cat([kd[:, :1], kd * 2], 1), torch.cat([kc[:, :1], kc * 2], 1), f"cat dim 1 {step}")
+            misses.append(stats()["misses"] - m0)
+        print(json.dumps({"bad": bad, "misses": misses}))
+    """, tmp_path)
+    assert got["bad"] == []
+    # Past the first steps, programs compile only where a size crosses into a new bucket (the
+    # cache's rows at 9, 17, 33 and 65, a buffer's elements), and for the step after, whose
+    # inputs are the first buffers of that bucket; 66 to 75 rows share one bucket.
+    late = got["misses"][4:]
+    assert sum(1 for n in late if n) <= 12 and sum(late) <= 40 and got["misses"][-8:] == [0] * 8, got["misses"]
+
+
+def test_attention_over_padded_heads_and_keys(tmp_path):
+    # Head counts whose buckets lose the query/key-value ratio (12 and 4 pad to 16 and 4), head
+    # sizes that pad (20 -> 32), masks, causal attention and an explicit scale.
+    got = run("""
+        import torch.nn.functional as F
+        def close(got, want, what):
+            got = got.cpu()
+            if got.shape != want.shape or not torch.allclose(got, want, atol=1e-5, rtol=1e-5):
+                bad.append(what)
+        for hq, hk, e in [(12, 4, 20), (3, 3, 8)]:
+            k_all, v_all = torch.randn(2, hk, 40, e), torch.randn(2, hk, 40, e + 3)
+            kd_all, vd_all = k_all.to("tpu"), v_all.to("tpu")
+            for s in range(1, 40, 3):
+                q = torch.randn(2, hq, 1, e)
+                k, v, kd, vd = k_all[:, :, :s], v_all[:, :, :s], kd_all[:, :, :s], vd_all[:, :, :s]
+                close(F.scaled_dot_product_attention(q.to("tpu"), kd, vd, enable_gqa=True),
+                      F.scaled_dot_product_attention(q, k, v, enable_gqa=True), f"{hq} {hk} {e} {s}")
+                qs = torch.randn(2, hq, s, e)
+                close(F.scaled_dot_product_attention(qs.to("tpu"), kd, vd, is_causal=True, enable_gqa=True),
+                      F.scaled_dot_product_attention(qs, k, v, is_causal=True, enable_gqa=True), f"causal {s}")
+                mask = torch.rand(2, 1, 1, s) > 0.3
+                close(F.scaled_dot_product_attention(q.to("tpu"), kd, vd, attn_mask=mask.to("tpu"), enable_gqa=True, scale=0.3),
+                      F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True, scale=0.3), f"mask {s}")
+        print(json.dumps({"bad": bad, "bucketed": stats()["bucket_shapes"]}))
+    """, tmp_path)
+    assert got["bad"] == []
+    assert got["bucketed"] > 50
+
+
+def test_copies_into_new_tensors_hold_a_bucket(tmp_path):
+    got = run("""
+        src_c = torch.randn(70, 3); src_d = src_c.to("tpu")
+        m0 = stats()["misses"]
+        for n in range(1, 60):
+            dst = torch.empty(n, 3, device="tpu")
+            dst.copy_(src_d[:n])
+            same(dst, src_c[:n], f"copy {n}")
+            same(dst + 1, src_c[:n] + 1, f"then add {n}")
+            same(dst.clone(), src_c[:n], f"clone {n}")
+        print(json.dumps({"bad": bad, "misses": stats()["misses"] - m0}))
+    """, tmp_path)
+    assert got["bad"] == []
+    assert got["misses"] <= 45
