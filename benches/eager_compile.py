@@ -1,7 +1,7 @@
 """What new shapes cost in eager mode: first-seen-op compile times over the tiny-Llama training
 step, and Hugging Face `generate` (48 tokens from a 20-token prompt, tiny Llama) first and second
-call, each against torch on CPU and against this build with the quick compile tier off (the
-previous behaviour), in one run. Every torchtpu measurement runs in a fresh process with an
+call, each against torch on CPU and against this build with the quick compile tier off and
+with bucketed programs off (the previous behaviours), in one run. Every torchtpu measurement runs in a fresh process with an
 empty persistent cache, so every program is really compiled.
 
     python benches/eager_compile.py
@@ -72,10 +72,11 @@ def child(what, device):
     print("RESULT " + json.dumps(result))
 
 
-def measure(what, device, quick=True):
+def measure(what, device, quick=True, buckets=True):
     env = dict(os.environ, TORCHTPU_LOG_COMPILES="1", TORCHTPU_CACHE_DIR=tempfile.mkdtemp(prefix="tt-bench-"))
     if not quick:
         env["TORCHTPU_QUICK_COMPILE_ELEMENTS"] = "0"
+    env["TORCHTPU_BUCKET_PROGRAMS"] = "1" if buckets else "0"
     p = subprocess.run([sys.executable, __file__, "--child", what, device], env=env, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(p.stdout + p.stderr)
@@ -94,7 +95,7 @@ def main():
         return child(sys.argv[2], sys.argv[3])
     print("first-seen programs of one tiny-Llama training step (eager, forward + backward + AdamW):")
     cpu = measure("train", "cpu")
-    rows = [("quick tier off", measure("train", "tpu", quick=False)), ("this build", measure("train", "tpu"))]
+    rows = [("quick tier off", measure("train", "tpu", quick=False, buckets=False)), ("this build", measure("train", "tpu"))]
     for name, r in rows:
         print(f"  {name:<15} {len(r['compile_ms']):4d} programs  {spread(r['compile_ms'])}  step {r['seconds']:5.2f} s "
               f"({r['seconds'] / cpu['seconds']:.0f}x torch CPU's {cpu['seconds']:.2f} s)")
@@ -102,8 +103,8 @@ def main():
     print("HF generate, 48 new tokens from a 20-token prompt (tiny Llama, greedy):")
     cpu = measure("generate", "cpu")
     print(f"  torch CPU       first {cpu['first']:6.2f} s  second {cpu['second']:6.2f} s")
-    for name, quick in [("quick tier off", False), ("this build", True)]:
-        r = measure("generate", "tpu", quick)
+    for name, quick, buckets in [("quick tier off", False, False), ("buckets off", True, False), ("this build", True, True)]:
+        r = measure("generate", "tpu", quick, buckets)
         same = "same tokens as CPU" if r["tokens"] == cpu["tokens"] else "TOKENS DIFFER FROM CPU"
         print(f"  {name:<15} first {r['first']:6.2f} s ({r['first'] / cpu['first']:5.1f}x CPU)  second {r['second']:6.2f} s "
               f"({r['second'] / cpu['second']:4.1f}x CPU)  {len(r['compile_ms'])} programs, {spread(r['compile_ms'])}; {same}")

@@ -33,7 +33,7 @@ pub const MAX_ELEMENTS: i64 = 1 << 22;
 pub const PROMOTE_AFTER: u32 = 1000;
 
 /// Whether bucketed programs are on without TORCHTPU_BUCKET_PROGRAMS set.
-const ON_BY_DEFAULT: bool = false;
+const ON_BY_DEFAULT: bool = true;
 
 /// Whether bucketed programs are on (TORCHTPU_BUCKET_PROGRAMS=1 or 0 turns them on or off).
 pub fn enabled() -> bool {

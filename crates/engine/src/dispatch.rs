@@ -126,8 +126,26 @@ struct Cached {
 /// One exact shape run by a bucketed program (buckets.rs).
 pub struct BucketCall {
     geometry: Vec<i64>,
+    /// The geometry on the device of the shape's first run, reused by later runs there.
+    uploaded: std::sync::OnceLock<(i32, pjrt::Buffer)>,
     /// The real sizes of the program's new results, in order.
     dims: Vec<Vec<i64>>,
+}
+
+impl BucketCall {
+    fn upload(&self, device: i32) -> Result<pjrt::Buffer, Error> {
+        let bytes: Vec<u8> = self.geometry.iter().flat_map(|x| x.to_le_bytes()).collect();
+        upload(runtime()?, &bytes, DType::I64, &[self.geometry.len() as i64], device)
+    }
+
+    /// The geometry's kept buffer on `device`; None where it is kept on another device.
+    fn kept(&self, device: i32) -> Result<Option<&pjrt::Buffer>, Error> {
+        if self.uploaded.get().is_none() {
+            let b = self.upload(device)?;
+            let _ = self.uploaded.set((device, b));
+        }
+        Ok(self.uploaded.get().filter(|(d, _)| *d == device).map(|(_, b)| b))
+    }
 }
 
 type KeyMap<V> = HashMap<Box<[u64]>, V, BuildHasherDefault<KeyHasher>>;
@@ -551,7 +569,7 @@ fn lookup_bucketed(
         }
     };
     engine.stats.bucket_shapes += 1;
-    let call = Arc::new(BucketCall { geometry, dims });
+    let call = Arc::new(BucketCall { geometry, uploaded: std::sync::OnceLock::new(), dims });
     engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), used: tick, runs: 0 });
     Ok(Some(Looked::Entry(entry, Some(call))))
 }
@@ -1160,6 +1178,10 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
     }
     let rt = runtime()?;
     let device = scan.device;
+    let kept_geometry = match bucket {
+        Some(call) => call.kept(device)?,
+        None => None,
+    };
     let mut owned: Vec<pjrt::Buffer> = Vec::new();
     // Owned uploads first, so that the references below stay valid.
     for f in &entry.feeds {
@@ -1178,9 +1200,9 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
             }
             Feed::CheckAcc => {}
             Feed::Geometry => {
-                let g = &bucket.expect("a bucketed program runs with its call's geometry").geometry;
-                let bytes: Vec<u8> = g.iter().flat_map(|x| x.to_le_bytes()).collect();
-                owned.push(upload(rt, &bytes, DType::I64, &[g.len() as i64], device)?);
+                if kept_geometry.is_none() {
+                    owned.push(bucket.expect("a bucketed program runs with its call's geometry").upload(device)?);
+                }
             }
             Feed::Rng(arg) => {
                 let a = &args[arg as usize];
@@ -1206,6 +1228,7 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
                 inputs.push(&s.buf.buf);
             }
             Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
+            Feed::Geometry if kept_geometry.is_some() => inputs.push(kept_geometry.unwrap()),
             _ => {
                 inputs.push(&owned[next_owned]);
                 next_owned += 1;
