@@ -15,7 +15,7 @@
 //! list items in order), `[offset, sizes.., strides..]`; then for each new result its sizes.
 use abi::{TtArg, TtTensor, TT_TENSOR, TT_TENSOR_LIST};
 use lowerings::Cx;
-use stablehlo::{ElemType, GatherDims, ScatterDims, TensorType, Value};
+use stablehlo::{ElemType, GatherDims, TensorType, Value};
 
 /// Distinct shapes of one family (op, argument kinds, dtypes and ranks) compiled exactly
 /// before bucketed programs serve it: fixed-shape
@@ -33,7 +33,7 @@ pub const MAX_ELEMENTS: i64 = 1 << 22;
 pub const PROMOTE_AFTER: u32 = 1000;
 
 /// Whether bucketed programs are on without TORCHTPU_BUCKET_PROGRAMS set.
-const ON_BY_DEFAULT: bool = true;
+const ON_BY_DEFAULT: bool = false;
 
 /// Whether bucketed programs are on (TORCHTPU_BUCKET_PROGRAMS=1 or 0 turns them on or off).
 pub fn enabled() -> bool {
@@ -208,19 +208,7 @@ pub fn write(cx: &mut Cx, base: Value, geo: Value, at: usize, dims: &[i64], valu
     let dtype = cx.dtype(base);
     let extra = cx.full(0.0, dtype, &[1]);
     let flat = cx.concatenate(&[flat, extra], 0);
-    let lanes: i64 = dims.iter().product();
-    let idx = cx.reshape(idx, &[lanes, 1]);
-    let value = cx.reshape(value, &[lanes]);
-    let dn = ScatterDims {
-        update_window_dims: vec![],
-        inserted_window_dims: vec![0],
-        input_batching_dims: vec![],
-        scatter_indices_batching_dims: vec![],
-        scatter_dims_to_operand_dims: vec![0],
-        index_vector_dim: 1,
-        ..Default::default()
-    };
-    let written = cx.scatter(flat, idx, value, &dn, |_, _old, new| new);
+    let written = crate::view::scatter_flat(cx, flat, idx, value);
     let kept = cx.slice(written, &[0], &[n], &[1]);
     cx.reshape(kept, &base_dims)
 }

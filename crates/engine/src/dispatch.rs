@@ -496,9 +496,9 @@ fn lookup(
     Ok(Looked::Entry(entry, None))
 }
 
-/// A pointwise call at a shape not seen yet: served by the bucketed program of its layout once
-/// that layout has met `buckets::EXACT_SHAPES_FIRST` exact shapes (compiling that program on its
-/// first use). None: compile this shape exactly.
+/// A call of a bucketable op at a shape not seen yet: served by the bucketed program of its
+/// sizes' buckets once its family has compiled `buckets::EXACT_SHAPES_FIRST` exact shapes
+/// (compiling that program on its first use). None: compile this shape exactly.
 #[allow(clippy::too_many_arguments)]
 fn lookup_bucketed(
     engine: &mut Engine,

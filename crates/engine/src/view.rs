@@ -135,17 +135,7 @@ pub fn write(cx: &mut Cx, base: Value, g: &Geometry, value: Value) -> Value {
         cx.dynamic_update_slice(flat, flat_value, &[off])
     } else {
         let idx = flat_indices(cx, g);
-        let idx = cx.reshape(idx, &[numel, 1]);
-        let dn = ScatterDims {
-            update_window_dims: vec![],
-            inserted_window_dims: vec![0],
-            input_batching_dims: vec![],
-            scatter_indices_batching_dims: vec![],
-            scatter_dims_to_operand_dims: vec![0],
-            index_vector_dim: 1,
-            ..Default::default()
-        };
-        cx.scatter(flat, idx, flat_value, &dn, |_, _old, new| new)
+        scatter_flat(cx, flat, idx, flat_value)
     };
     cx.reshape(new_flat, &base_dims)
 }
@@ -157,6 +147,23 @@ pub fn write(cx: &mut Cx, base: Value, g: &Geometry, value: Value) -> Value {
 // geometry (in units of that dtype) applies to it, and a write converts the result back.
 // Between two dtypes the bytes travel as a "raw" stream: complex values as their (re, im)
 // parts, bools as u8, everything else as itself; raw streams convert by bitcast.
+
+/// The 1-d `flat` with element idx[i] set to values[i] (idx and values: any equal dims).
+pub fn scatter_flat(cx: &mut Cx, flat: Value, idx: Value, values: Value) -> Value {
+    let lanes: i64 = cx.dims(idx).iter().product();
+    let idx = cx.reshape(idx, &[lanes, 1]);
+    let values = cx.reshape(values, &[lanes]);
+    let dn = ScatterDims {
+        update_window_dims: vec![],
+        inserted_window_dims: vec![0],
+        input_batching_dims: vec![],
+        scatter_indices_batching_dims: vec![],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+        ..Default::default()
+    };
+    cx.scatter(flat, idx, values, &dn, |_, _old, new| new)
+}
 
 fn raw_elem(d: DType) -> ElemType {
     match d {
