@@ -1,8 +1,9 @@
 //! Programs reused across sizes ("bucketed programs"): a pointwise op (declared `.pointwise()`)
-//! that meets a new shape of a layout it has already compiled for several times runs one
-//! program per *bucket* of sizes instead of one per size. Its inputs are gathered, through
-//! their views' sizes, strides and offsets given as a runtime vector (the "geometry"), into
-//! values padded to the bucket; the op's own lowering runs on the padded values; each result
+//! or one whose lowering handles padded inputs (`.bucketed()`: cat, isin, attention) that meets
+//! a new shape once its family has compiled `EXACT_SHAPES_FIRST` shapes runs one program per
+//! *bucket* of sizes instead of one per size. Its inputs are gathered, through their views'
+//! sizes, strides and offsets given as a runtime vector (the "geometry"), into values padded
+//! to the bucket; the op's own lowering runs on the padded values; each result
 //! is written back in PyTorch's contiguous order into a flat buffer that holds the bucket (the
 //! cell's buffer is then larger than its storage, which every reader of a cell allows).
 //!
@@ -18,9 +19,8 @@ use lowerings::Cx;
 use stablehlo::{ElemType, GatherDims, TensorType, Value};
 
 /// Distinct shapes of one family (op, argument kinds, dtypes and ranks) compiled exactly
-/// before bucketed programs serve it: fixed-shape
-/// code (a training step) keeps its dense programs; a size that keeps changing (a growing KV
-/// cache, a serving step's token count) stops compiling after these.
+/// before bucketed programs serve it: code with few shapes keeps its dense programs; a size
+/// that keeps changing (a growing KV cache, a serving step's token count) stops compiling.
 pub const EXACT_SHAPES_FIRST: u32 = 2;
 
 /// The largest bucket (elements of one padded value) served; larger tensors compile exactly,
