@@ -14,12 +14,14 @@ export PYO3_PYTHON="$PWD/.venv/bin/python"
 cargo test --release -p pjrt -p stablehlo -p lowerings -p engine -q
 # Tests run in parallel worker processes (pytest-xdist), one per core unless
 # TORCHTPU_TEST_WORKERS says otherwise (0: everything in this process).
-.venv/bin/python -m pytest -q -x --timeout=900 -n "${TORCHTPU_TEST_WORKERS:-auto}" "$@"
+# worksteal: a worker that runs out takes tests queued for the other (the long end-to-end
+# tests, which conftest.py puts first, then never leave one worker alone at the end).
+.venv/bin/python -m pytest -q -x --timeout=900 -n "${TORCHTPU_TEST_WORKERS:-auto}" --dist worksteal --durations=25 "$@"
 # The serving tests run in the serving environment (scripts/setup_serving.sh), where vLLM is.
 if [ -x .venv-serve/bin/python ] && [ $# -eq 0 ]; then
-  .venv-serve/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider tests/test_vllm.py
+  .venv-serve/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider --durations=10 tests/test_vllm.py
 fi
 # And the SGLang tests in SGLang's environment (scripts/setup_sglang.sh).
 if [ -x .venv-sglang/bin/python ] && [ $# -eq 0 ]; then
-  .venv-sglang/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider tests/test_sglang.py
+  .venv-sglang/bin/python -m pytest -q -x --timeout=900 -p no:cacheprovider --durations=10 tests/test_sglang.py
 fi

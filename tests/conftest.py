@@ -16,3 +16,13 @@ import torchtpu  # noqa: E402,F401  (also autoloaded by `import torch`)
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# Files of long end-to-end runs (several processes, whole training or serving loops): run first,
+# so that the parallel workers do not end with one of them running alone.
+LONG_FIRST = ("test_torchtitan.py", "test_probe.py", "test_conformance.py", "test_ray_train.py",
+              "test_distributed.py", "test_compile_random.py", "test_examples.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in LONG_FIRST)

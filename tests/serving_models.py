@@ -112,6 +112,10 @@ def serve_and_check(cmd, log_path, port, model, tok, prompts, env=None):
         server = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             check_openai_server(server, log_path, port, model, tok, prompts)
+        except Exception as e:
+            # What the server printed last says why it stopped answering (or answered wrong).
+            state = "running" if server.poll() is None else f"exited with {server.returncode}"
+            raise AssertionError(f"{e!r}; the server is {state}; its log ends:\n{log_path.read_text()[-6000:]}") from e
         finally:
             server.terminate()
             try:
