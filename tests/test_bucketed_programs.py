@@ -137,6 +137,34 @@ def test_a_shape_served_often_gets_its_exact_program(tmp_path):
     assert got["promoted"] == 1 and got["misses"] == 1
 
 
+def test_a_shape_gets_the_same_bits_from_its_exact_and_its_bucketed_program(tmp_path):
+    # Both programs of a shape compile at the tier of its size class (sizes rounded up to their
+    # buckets): 40x100 is above the quick tier's 4096 elements as 64x128 whichever program runs
+    # it, 7x9 below. (At the full tier XLA may still round exp and log1p one unit apart.)
+    code = """
+        import sys
+        if sys.argv[-1] == "bucketed":
+            for n in (3, 5):
+                for op in (torch.tanh, torch.erf, torch.nn.functional.gelu, torch.sigmoid):
+                    op(torch.randn(n, 100, device="tpu")); op(torch.randn(n, 3, device="tpu"))
+        out = {}
+        for shape in ((40, 100), (7, 9)):
+            x = torch.randn(*shape, generator=torch.Generator().manual_seed(1)) * 3
+            for op in (torch.tanh, torch.erf, torch.nn.functional.gelu, torch.sigmoid):
+                out[f"{op.__name__} {shape}"] = op(x.to("tpu")).cpu().view(torch.int32).flatten().tolist()
+        print(json.dumps({"bits": out, "bucketed": stats()["bucket_shapes"]}))
+    """
+    bits = {}
+    for how in ("exact", "bucketed"):
+        env = dict(os.environ, TORCHTPU_BUCKET_PROGRAMS="1", TORCHTPU_CACHE_DIR=str(tmp_path / how))
+        p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code), how], capture_output=True, text=True, env=env, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        bits[how] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert bits["exact"]["bucketed"] == 0 and bits["bucketed"]["bucketed"] >= 8
+    for what, exact in bits["exact"]["bits"].items():
+        assert bits["bucketed"]["bits"][what] == exact, what
+
+
 def test_off_compiles_every_shape(tmp_path):
     got = run("""
         d = torch.randn(50, 7, device="tpu")

@@ -33,7 +33,7 @@ pub const MAX_ELEMENTS: i64 = 1 << 22;
 pub const PROMOTE_AFTER: u32 = 1000;
 
 /// Whether bucketed programs are on without TORCHTPU_BUCKET_PROGRAMS set.
-const ON_BY_DEFAULT: bool = false;
+const ON_BY_DEFAULT: bool = true;
 
 /// Whether bucketed programs are on (TORCHTPU_BUCKET_PROGRAMS=1 or 0 turns them on or off).
 pub fn enabled() -> bool {
@@ -99,6 +99,27 @@ pub fn key_tensor(key: &mut Vec<u64>, t: &TtTensor, family: bool) {
     if !family {
         key.extend(t.sizes().iter().map(|&n| bucket(n) as u64));
     }
+}
+
+/// A bucketable call's size class: the most elements of any of its device tensors and results,
+/// each with its sizes rounded up to their buckets. Its exact and its bucketed program compile
+/// at the tier this picks (runtime::Tiering::Class), so a call gets the same bits whichever
+/// program serves it (the quick tier's unoptimized code rounds some functions differently).
+pub fn size_class<'a>(args: &[TtArg], results: impl Iterator<Item = &'a [i64]>) -> i64 {
+    let elements = |sizes: &[i64]| padded(sizes).iter().product::<i64>();
+    let mut most = results.map(elements).max().unwrap_or(0);
+    for a in args {
+        match a.kind {
+            TT_TENSOR if !a.tensor().is_host() => most = most.max(elements(a.tensor().sizes())),
+            TT_TENSOR_LIST => {
+                for x in a.list::<TtArg>().iter().filter(|x| x.kind == TT_TENSOR && !x.tensor().is_host()) {
+                    most = most.max(elements(x.tensor().sizes()));
+                }
+            }
+            _ => {}
+        }
+    }
+    most
 }
 
 /// The input part of the geometry vector (see the module comment).

@@ -8,7 +8,7 @@ use crate::cell::{Cell, DevBuf, Stored};
 use crate::checks;
 use crate::error::Error;
 use crate::lock::{EngineLock, Held};
-use crate::runtime::runtime;
+use crate::runtime::{runtime, Tiering};
 use crate::buckets;
 use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
@@ -51,6 +51,14 @@ enum OutSpec {
     New { dtype: DType, dims: Vec<i64> },
     /// The new buffer of a written cell; `donated`: it reuses the cell's old buffer.
     Base { slot: u32, dtype: DType, dims: Vec<i64>, donated: bool },
+}
+
+impl OutSpec {
+    fn dims(&self) -> &[i64] {
+        match self {
+            OutSpec::New { dims, .. } | OutSpec::Base { dims, .. } => dims,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -479,7 +487,7 @@ fn lookup(
         }
         engine.stats.bucket_promoted += 1;
     }
-    if !promote && matches!(sizing, Sizing::None) && info.lowering.is_some_and(|l| l.pointwise || l.bucketed) && buckets::enabled() {
+    if !promote && matches!(sizing, Sizing::None) && bucketable(info) && buckets::enabled() {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);
         }
@@ -575,6 +583,11 @@ fn lookup_bucketed(
 }
 
 const BUCKET_PROGRAM: u64 = u64::MAX - 2;
+
+/// Whether bucketed programs can serve the op (declared `.pointwise()` or `.bucketed()`).
+fn bucketable(info: &OpInfo) -> bool {
+    info.lowering.is_some_and(|l| l.pointwise || l.bucketed)
+}
 
 /// A call's argument in a bucketed program's key, or in its family's (see lookup_bucketed).
 fn bucket_key_arg(key: &mut Vec<u64>, a: &TtArg, specialize: bool, scan: &Scan, held: &Held, family: bool) {
@@ -876,6 +889,11 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
         return Ok(resize);
     }
     let mut o = b.returned_outputs(outs);
+    let tiering = if bucketable(info) {
+        Tiering::Class(buckets::size_class(args, o.specs.iter().map(OutSpec::dims)))
+    } else {
+        Tiering::Largest
+    };
     b.append_written_bases(&mut o);
     let (host_checks, checks) = b.attach_checks(info, &mut o.results)?;
     let feeds = b.ordered_feeds();
@@ -884,7 +902,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
     let exe = match module_override {
         Some(module) => compile_module(info, &module)?,
-        None => compile_program(info, text)?,
+        None => compile_program(info, text, tiering)?,
     };
     Ok(Built::Entry(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
@@ -910,9 +928,7 @@ fn dry_run(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg
     if !b.cx.checks.is_empty() || b.cx.module_override.is_some() {
         return Ok(Dry::Exact);
     }
-    Ok(Dry::Results(o.specs.iter().map(|s| match s {
-        OutSpec::New { dims, .. } | OutSpec::Base { dims, .. } => dims.clone(),
-    }).collect()))
+    Ok(Dry::Results(o.specs.iter().map(|s| s.dims().to_vec()).collect()))
 }
 
 /// Lowers and compiles the bucketed program of a call (buckets.rs); None if the op's lowering does
@@ -949,7 +965,8 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let feeds = b.ordered_feeds();
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
-    let exe = compile_program(info, text)?;
+    let class = buckets::size_class(args, dims.iter().map(Vec::as_slice));
+    let exe = compile_program(info, text, Tiering::Class(class))?;
     Ok(Some(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }
 
@@ -1109,11 +1126,12 @@ fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mu
     aliases
 }
 
-/// Compiles the program's text (or loads it from the persistent cache).
-fn compile_program(info: &OpInfo, text: String) -> Result<pjrt::LoadedExecutable, Error> {
+/// Compiles the program's text (or loads it from the persistent cache); compiled graphs
+/// take full optimization whatever the tiering asked.
+fn compile_program(info: &OpInfo, text: String, tiering: Tiering) -> Result<pjrt::LoadedExecutable, Error> {
     let rt = runtime()?;
-    let eager = !info.qualified.starts_with("torchtpu::run_graph");
-    rt.compile(&info.qualified, &text, eager).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
+    let tiering = if info.qualified.starts_with("torchtpu::run_graph") { Tiering::Full } else { tiering };
+    rt.compile(&info.qualified, &text, tiering).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
 }
 
 /// Compiles a user's serialized module (a kernel whose program is the module itself).

@@ -94,6 +94,17 @@ impl Runtime {
     }
 }
 
+/// What decides whether a program may compile at the quick tier.
+#[derive(Copy, Clone, Debug)]
+pub enum Tiering {
+    /// Never (compiled graphs).
+    Full,
+    /// An eager op's program: when its largest tensor is small.
+    Largest,
+    /// A bucketable op's program: when its size class is small (buckets::size_class).
+    Class(i64),
+}
+
 /// XLA:CPU spends most of a small program's compile time in LLVM's optimizations and in
 /// setting up its MLIR fusion emitters (without them a one-op program compiles 3-6x faster);
 /// for small tensors the unoptimized code runs about as fast, so small eager programs skip both.
@@ -138,14 +149,19 @@ impl QuickTier {
 
 impl Runtime {
     /// Compiles a program, or loads it from the persistent cache when an entry for exactly
-    /// this program, plugin and options exists. `what` names it in the compile log; `eager`
-    /// programs (one op, not a compiled graph) may take the quick tier.
-    pub fn compile(&self, what: &str, text: &str, eager: bool) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
+    /// this program, plugin and options exists. `what` names it in the compile log; `tiering`
+    /// says whether it may take the quick tier.
+    pub fn compile(&self, what: &str, text: &str, tiering: Tiering) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
         let t0 = std::time::Instant::now();
+        let elements = match tiering {
+            Tiering::Full => i64::MAX,
+            Tiering::Largest => largest_tensor(text),
+            Tiering::Class(n) => n,
+        };
         // Programs with loops keep full optimization: their bodies run many times, and
         // recurrences amplify the last-bit differences of unoptimized code (which forms no
         // fused multiply-adds, as PyTorch's CPU kernels and optimized XLA code do).
-        let small = eager && !text.contains("stablehlo.while") && largest_tensor(text) <= quick_tier_limit();
+        let small = !text.contains("stablehlo.while") && elements <= quick_tier_limit();
         let (exe, from, quick) = loop {
             let quick = if small { self.quick.lock().unwrap().options.clone() } else { None };
             match self.compile_or_load(text, quick.as_deref().unwrap_or(&self.compile_options)) {
