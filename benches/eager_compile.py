@@ -1,7 +1,7 @@
 """What new shapes cost in eager mode: first-seen-op compile times over the tiny-Llama training
 step, and Hugging Face `generate` (48 tokens from a 20-token prompt, tiny Llama) first and second
 call, each against torch on CPU and against this build with the quick compile tier off and
-with bucketed programs off (the previous behaviours), in one run. Every torchtpu measurement runs in a fresh process with an
+with bucketed programs off (the previous defaults), in one run. Every torchtpu measurement runs in a fresh process with an
 empty persistent cache, so every program is really compiled.
 
     python benches/eager_compile.py
@@ -69,6 +69,7 @@ def child(what, device):
 
         stats = torch.tpu.compile_stats()
         result["compiles"] = stats["misses"]
+        result["phases"] = stats["phases"]
     print("RESULT " + json.dumps(result))
 
 
@@ -108,6 +109,7 @@ def main():
         same = "same tokens as CPU" if r["tokens"] == cpu["tokens"] else "TOKENS DIFFER FROM CPU"
         print(f"  {name:<15} first {r['first']:6.2f} s ({r['first'] / cpu['first']:5.1f}x CPU)  second {r['second']:6.2f} s "
               f"({r['second'] / cpu['second']:4.1f}x CPU)  {len(r['compile_ms'])} programs, {spread(r['compile_ms'])}; {same}")
+        print("                  compile time by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Which programs compile at the quick tier, the compile log that says so, and the persistent
 cache keyed on the compiler flags (each case a fresh process, reading TORCHTPU_LOG_COMPILES)."""
+import json
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 CODE = """
 import torch
@@ -49,3 +52,35 @@ def test_persistent_cache_keys_on_compiler_flags(tmp_path):
     # Other XLA_FLAGS: other executables, never the cached ones.
     flagged = run(tmp_path, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
     assert tier_of(flagged, "aten::mul", "8xf32, i64") == ("compiled", True)
+
+
+STATS = """
+import json, torch
+x = torch.arange(8.0, device="tpu")
+(x * 3).cpu(); (x + 1).cpu(); (x[:5] * 3).cpu()
+s = torch.tpu.compile_stats()
+print(json.dumps({k: s[k] for k in ("misses", "compile_seconds", "phases", "ops")}))
+"""
+
+
+def stats_of(tmp_path):
+    env = {**os.environ, "TORCHTPU_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-c", STATS], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_compile_stats_split_compile_time_by_phase_and_op(tmp_path):
+    first = stats_of(tmp_path)
+    phases = first["phases"]
+    assert set(phases) == {"lower", "xla_compile", "cache_load", "cache_store"}
+    assert phases["xla_compile"] > 0 and phases["lower"] > 0 and phases["cache_store"] > 0
+    assert sum(phases.values()) == pytest.approx(first["compile_seconds"], rel=1e-6)
+    # Every miss is one program of one op, compiled or loaded; two shapes of mul, one of add.
+    assert sum(op["programs"] for op in first["ops"].values()) == first["misses"]
+    assert [op["programs"] for name, op in first["ops"].items() if name.startswith("aten::mul")] == [2]
+    assert [op["programs"] for name, op in first["ops"].items() if name.startswith("aten::add")] == [1]
+    # A second process finds every program in the persistent cache: no XLA compile.
+    second = stats_of(tmp_path)
+    assert second["phases"]["xla_compile"] == 0 and second["phases"]["cache_load"] > 0
+    assert second["ops"].keys() == first["ops"].keys()

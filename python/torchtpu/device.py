@@ -376,7 +376,10 @@ def live_buffers():
 
 def compile_stats():
     """Executable cache statistics (hits, misses, compile seconds, executions, persistent
-    cache hits/writes/rejections) and, under "graphs", one entry per torch.compile graph."""
+    cache hits/writes/rejections, bucketed programs); under "phases" where compile_seconds went
+    (lower: lowering and assembling programs; xla_compile; cache_load and cache_store: the
+    persistent cache), under "ops" per op its programs (compiled or loaded) and seconds, and
+    under "graphs" one entry per torch.compile graph."""
     from . import dynamo
 
     stats = dict(_C.compile_stats())

@@ -21,6 +21,34 @@ pub struct Config {
     pub options: Vec<(String, pjrt::NamedValue)>,
 }
 
+/// Where compile time went (torch.tpu.compile_stats()): XLA's compiles, the persistent cache's
+/// loads and stores, and per op (the name a program was compiled for) programs and seconds.
+#[derive(Clone, Debug, Default)]
+pub struct CompileTimes {
+    pub xla_compile: f64,
+    pub cache_load: f64,
+    pub cache_store: f64,
+    pub per_op: std::collections::HashMap<String, (u64, f64)>,
+}
+
+static TIMES: Mutex<Option<CompileTimes>> = Mutex::new(None);
+
+pub fn compile_times() -> CompileTimes {
+    TIMES.lock().unwrap().clone().unwrap_or_default()
+}
+
+/// Adds to the compile times (a leaf lock: nothing is called while it is held).
+fn record(f: impl FnOnce(&mut CompileTimes)) {
+    f(TIMES.lock().unwrap().get_or_insert_with(CompileTimes::default))
+}
+
+fn timed<T>(phase: fn(&mut CompileTimes) -> &mut f64, f: impl FnOnce() -> T) -> T {
+    let t0 = std::time::Instant::now();
+    let r = f();
+    record(|t| *phase(t) += t0.elapsed().as_secs_f64());
+    r
+}
+
 static CONFIG: Mutex<Option<Config>> = Mutex::new(None);
 static RUNTIME: OnceLock<std::result::Result<Runtime, String>> = OnceLock::new();
 
@@ -175,9 +203,11 @@ impl Runtime {
         if let Some(dir) = dump_dir() {
             dump_program(dir, what, text);
         }
+        let seconds = t0.elapsed().as_secs_f64();
+        record_program(what, seconds);
         if log_compiles() {
             let tier = if quick { ", quick tier" } else { "" };
-            eprintln!("torchtpu: compile {what}{} {:.1} ms ({from}{tier})", signature(text), t0.elapsed().as_secs_f64() * 1e3);
+            eprintln!("torchtpu: compile {what}{} {:.1} ms ({from}{tier})", signature(text), seconds * 1e3);
         }
         Ok(exe)
     }
@@ -186,29 +216,44 @@ impl Runtime {
     /// persistent cache (it is the user's file, read again each run).
     pub fn compile_code(&self, what: &str, code: &[u8]) -> Result<pjrt::LoadedExecutable, pjrt::Error> {
         let t0 = std::time::Instant::now();
-        let exe = self.client.compile_code(code, &self.compile_options)?;
+        let exe = timed(|t| &mut t.xla_compile, || self.client.compile_code(code, &self.compile_options))?;
+        let seconds = t0.elapsed().as_secs_f64();
+        record_program(what, seconds);
         if log_compiles() {
-            eprintln!("torchtpu: compile {what} (a serialized module) {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
+            eprintln!("torchtpu: compile {what} (a serialized module) {:.1} ms", seconds * 1e3);
         }
         Ok(exe)
     }
 
     fn compile_or_load(&self, text: &str, options: &[u8]) -> Result<(pjrt::LoadedExecutable, &'static str), pjrt::Error> {
+        let compile = || timed(|t| &mut t.xla_compile, || self.client.compile(text, options));
         let Some(dir) = &self.cache_dir else {
-            return Ok((self.client.compile(text, options)?, "compiled"));
+            return Ok((compile()?, "compiled"));
         };
-        if let Some(bytes) = disk_cache::load(dir, &self.identity, options, text) {
-            if let Ok(exe) = self.client.deserialize_executable(&bytes, None) {
-                disk_cache::DISK_HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Ok((exe, "persistent cache"));
+        let loaded = timed(|t| &mut t.cache_load, || {
+            let bytes = disk_cache::load(dir, &self.identity, options, text)?;
+            self.client.deserialize_executable(&bytes, None).ok()
+        });
+        if let Some(exe) = loaded {
+            disk_cache::DISK_HITS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok((exe, "persistent cache"));
+        }
+        let exe = compile()?;
+        timed(|t| &mut t.cache_store, || {
+            if let Ok(bytes) = exe.serialize() {
+                disk_cache::store(dir, &self.identity, options, text, &bytes);
             }
-        }
-        let exe = self.client.compile(text, options)?;
-        if let Ok(bytes) = exe.serialize() {
-            disk_cache::store(dir, &self.identity, options, text, &bytes);
-        }
+        });
         Ok((exe, "compiled"))
     }
+}
+
+fn record_program(what: &str, seconds: f64) {
+    record(|t| {
+        let op = t.per_op.entry(what.to_string()).or_default();
+        op.0 += 1;
+        op.1 += seconds;
+    });
 }
 
 /// The element count of the largest tensor type a program's text names (parameters, results

@@ -204,6 +204,22 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("disk_hits", engine::disk_cache::DISK_HITS.load(Relaxed))?;
     d.set_item("disk_writes", engine::disk_cache::DISK_WRITES.load(Relaxed))?;
     d.set_item("disk_rejected", engine::disk_cache::DISK_REJECTED.load(Relaxed))?;
+    // compile_seconds split: the rest of it is lowering and assembling the programs.
+    let t = engine::runtime::compile_times();
+    let phases = PyDict::new(py);
+    phases.set_item("lower", (s.compile_seconds - t.xla_compile - t.cache_load - t.cache_store).max(0.0))?;
+    phases.set_item("xla_compile", t.xla_compile)?;
+    phases.set_item("cache_load", t.cache_load)?;
+    phases.set_item("cache_store", t.cache_store)?;
+    d.set_item("phases", phases)?;
+    let ops = PyDict::new(py);
+    for (name, (programs, seconds)) in t.per_op {
+        let op = PyDict::new(py);
+        op.set_item("programs", programs)?;
+        op.set_item("seconds", seconds)?;
+        ops.set_item(name, op)?;
+    }
+    d.set_item("ops", ops)?;
     Ok(d)
 }
 
