@@ -75,7 +75,8 @@ def test_compile_stats_split_compile_time_by_phase_and_op(tmp_path):
     phases = first["phases"]
     assert set(phases) == {"lower", "xla_compile", "cache_load", "cache_store"}
     assert phases["xla_compile"] > 0 and phases["lower"] > 0 and phases["cache_store"] > 0
-    assert sum(phases.values()) == pytest.approx(first["compile_seconds"], rel=1e-6)
+    # Cache stores run on a writer thread, outside compile_seconds.
+    assert phases["lower"] + phases["xla_compile"] + phases["cache_load"] == pytest.approx(first["compile_seconds"], rel=1e-6)
     # Every miss is one program of one op, compiled or loaded; two shapes of mul, one of add.
     assert sum(op["programs"] for op in first["ops"].values()) == first["misses"]
     assert [op["programs"] for name, op in first["ops"].items() if name.startswith("aten::mul")] == [2]

@@ -3,6 +3,7 @@
 `import torch` is enough (torchtpu autoloads through the `torch.backends` entry point, see
 torchtpu_autoload); then use device "tpu" wherever you would use "cuda".
 """
+import atexit
 import os
 
 # XLA's plugins log informational lines to stderr at start; keep warnings and errors.
@@ -25,6 +26,9 @@ _C = _extension.load()  # checks the torch version, then registers the device's 
 
 if PLUGIN_PATH:
     _C.configure(PLUGIN_PATH, _OPTIONS)
+    # Compiled programs reach the persistent cache from a writer thread: exit waits for the
+    # writes still queued.
+    atexit.register(_C.flush_compile_cache)
 
 if torch._C._get_privateuse1_backend_name() != "tpu":
     torch.utils.rename_privateuse1_backend("tpu")

@@ -69,7 +69,7 @@ enum RetSpec {
 }
 
 struct Entry {
-    exe: pjrt::LoadedExecutable,
+    exe: Arc<pjrt::LoadedExecutable>,
     feeds: Vec<Feed>,
     results: Vec<OutSpec>,
     returns: Vec<RetSpec>,
@@ -1128,14 +1128,14 @@ fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mu
 
 /// Compiles the program's text (or loads it from the persistent cache); compiled graphs
 /// take full optimization whatever the tiering asked.
-fn compile_program(info: &OpInfo, text: String, tiering: Tiering) -> Result<pjrt::LoadedExecutable, Error> {
+fn compile_program(info: &OpInfo, text: String, tiering: Tiering) -> Result<Arc<pjrt::LoadedExecutable>, Error> {
     let rt = runtime()?;
     let tiering = if info.qualified.starts_with("torchtpu::run_graph") { Tiering::Full } else { tiering };
     rt.compile(&info.qualified, &text, tiering).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
 }
 
 /// Compiles a user's serialized module (a kernel whose program is the module itself).
-fn compile_module(info: &OpInfo, module: &[u8]) -> Result<pjrt::LoadedExecutable, Error> {
+fn compile_module(info: &OpInfo, module: &[u8]) -> Result<Arc<pjrt::LoadedExecutable>, Error> {
     let rt = runtime()?;
     rt.compile_code(&info.qualified, module).map_err(|e| Error::runtime(format!("torchtpu: compiling a kernel module failed: {}", e.message)))
 }
