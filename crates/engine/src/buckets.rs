@@ -103,8 +103,9 @@ pub fn key_tensor(key: &mut Vec<u64>, t: &TtTensor, family: bool) {
 
 /// A bucketable call's size class: the most elements of any of its device tensors and results,
 /// each with its sizes rounded up to their buckets. Its exact and its bucketed program compile
-/// at the tier this picks (runtime::Tiering::Class), so a call gets the same bits whichever
-/// program serves it (the quick tier's unoptimized code rounds some functions differently).
+/// at the tier this and their float intermediates pick (runtime::Tiering::Class), so a call
+/// gets the same bits whichever program serves it (the quick tier's unoptimized code rounds
+/// some functions differently).
 pub fn size_class<'a>(args: &[TtArg], results: impl Iterator<Item = &'a [i64]>) -> i64 {
     let elements = |sizes: &[i64]| padded(sizes).iter().product::<i64>();
     let mut most = results.map(elements).max().unwrap_or(0);

@@ -184,7 +184,7 @@ impl Runtime {
         let elements = match tiering {
             Tiering::Full => i64::MAX,
             Tiering::Largest => largest_tensor(text),
-            Tiering::Class(n) => n,
+            Tiering::Class(n) => n.max(largest_float_bucketed(text)),
         };
         // Programs with loops keep full optimization: their bodies run many times, and
         // recurrences amplify the last-bit differences of unoptimized code (which forms no
@@ -328,15 +328,38 @@ fn record_program(what: &str, seconds: f64) {
 /// The element count of the largest tensor type a program's text names (parameters, results
 /// and every intermediate).
 fn largest_tensor(text: &str) -> i64 {
-    text.split("tensor<")
-        .skip(1)
-        .map(|t| {
-            let ty = t.split('>').next().unwrap_or("");
-            // "4x16xf32": the leading numbers are the dims; "f32" alone is a 0-d tensor.
-            ty.split('x').map_while(|d| d.parse::<i64>().ok()).product::<i64>()
-        })
+    tensor_types(text).map(|(dims, _)| dims.iter().product::<i64>()).max().unwrap_or(0)
+}
+
+/// The same over floating-point tensors, each dim rounded up to its bucket: equal for a call's
+/// exact and bucketed programs (the padded values have the bucketed dims; the bucketed one's
+/// gather indices and geometry are integers), and it sees intermediates larger than the call's
+/// tensors (attention's scores), which unoptimized code would run slowly.
+fn largest_float_bucketed(text: &str) -> i64 {
+    tensor_types(text)
+        .filter(|(_, elem)| elem.starts_with('f') || elem.starts_with("bf") || elem.starts_with("complex"))
+        .map(|(dims, _)| dims.iter().map(|&n| crate::buckets::bucket(n)).product::<i64>())
         .max()
         .unwrap_or(0)
+}
+
+/// The tensor types a program's text names: "tensor<4x16xf32>" gives ([4, 16], "f32"),
+/// "tensor<f32>" ([], "f32").
+fn tensor_types(text: &str) -> impl Iterator<Item = (Vec<i64>, &str)> {
+    text.split("tensor<").skip(1).map(|t| {
+        let mut dims = Vec::new();
+        let mut rest = t;
+        while let Some((d, tail)) = rest.split_once('x') {
+            match d.parse::<i64>() {
+                Ok(n) => {
+                    dims.push(n);
+                    rest = tail;
+                }
+                Err(_) => break,
+            }
+        }
+        (dims, rest)
+    })
 }
 
 /// `TORCHTPU_LOG_COMPILES=1`: a line on stderr per program compiled or loaded, with its op,
