@@ -849,10 +849,14 @@ impl Builder<'_> {
         let base = self.base(slot as u32, t)?;
         let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
         let nb = if self.cx.dtype(base) != dtype {
-            // Written through a view of another dtype: write the reinterpreted base, convert back.
+            // Written through a view of another dtype: write the reinterpreted base. The buffer
+            // then keeps the writer's dtype where its bytes are the same either way, so that a
+            // storage allocated as raw bytes and used as floats (vLLM's KV cache) is updated in
+            // place from then on, instead of converted whole on every write.
             let seen = view::reinterpret(&mut self.cx, base, dtype);
             let written = view::write(&mut self.cx, seen, &g, v);
-            view::restore(&mut self.cx, written, base)
+            let (from, elems) = (self.cx.dtype(base), self.cx.numel(base));
+            if view::same_bytes_as(from, elems, dtype) { written } else { view::restore(&mut self.cx, written, base) }
         } else {
             view::write(&mut self.cx, base, &g, v)
         };

@@ -232,6 +232,13 @@ pub fn reinterpret(cx: &mut Cx, base: Value, to: DType) -> Value {
     from_raw(cx, raw, to)
 }
 
+/// Whether `elems` elements of `from` and their reinterpretation as `to` are the same bytes
+/// (no trailing part dropped, no bool or complex conversion), so a buffer may hold either.
+pub fn same_bytes_as(from: DType, elems: i64, to: DType) -> bool {
+    let plain = |d: DType| !matches!(d, DType::Bool | DType::C64 | DType::C128);
+    plain(from) && plain(to) && (elems * from.size() as i64) % to.size() as i64 == 0
+}
+
 /// `value` (the reinterpreted `orig`, after a write) back in `orig`'s dtype and dims; trailing
 /// bytes too short for one element of the view's dtype keep `orig`'s values.
 pub fn restore(cx: &mut Cx, value: Value, orig: Value) -> Value {

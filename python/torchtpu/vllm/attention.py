@@ -76,6 +76,18 @@ def padded_view(t, cap):
     return _extend(t, bucket(t.shape[0], cap))
 
 
+def _whole_storage_rows(rows):
+    """`rows` (a layer's cache rows) extended to every row of its storage, and the index of its
+    first row there. vLLM may allocate all layers' caches in one storage; an in-place write into
+    a part of a storage reads and writes back the whole part (a layer's cache, per step), while
+    a write through a view of the whole storage updates the donated buffer where it is written."""
+    row = rows.stride(0)
+    held = rows.untyped_storage().nbytes() // rows.element_size()
+    if not rows.is_contiguous() or rows.storage_offset() % row or held % row:
+        return rows, 0
+    return rows.as_strided((held // row, *rows.shape[1:]), rows.stride(), 0), rows.storage_offset() // row
+
+
 @dataclass
 class TpuAttentionMetadata:
     tokens: int  # the step's token count padded to its bucket: the length of query, key and value
@@ -181,7 +193,8 @@ class TpuAttentionImpl(AttentionImpl[TpuAttentionMetadata]):
         rows = cache.reshape(-1, *cache.shape[2:])
         if key is not None:
             new = torch.cat([key.view(tokens, kv_heads, -1), value.view(tokens, kv_heads, -1)], dim=-1)
-            rows.index_copy_(0, m.slot_mapping, new.to(rows.dtype))
+            whole, first_row = _whole_storage_rows(rows)
+            whole.index_copy_(0, m.slot_mapping + first_row if first_row else m.slot_mapping, new.to(rows.dtype))
         kv = rows[m.kv_rows]  # [requests, kv length, kv_heads, key | value]
         k, v = kv[..., :d], kv[..., d:]
         q = query.view(tokens, heads, d)
