@@ -379,12 +379,30 @@ def compile_stats():
     cache hits/writes/rejections, bucketed programs); under "phases" where compile_seconds went
     (lower: lowering and assembling programs; xla_compile; cache_load and cache_store: the
     persistent cache), under "ops" per op its programs (compiled or loaded) and seconds, and
-    under "graphs" one entry per torch.compile graph."""
+    under "graphs" one entry per torch.compile graph, and under "fused" fused eager mode's
+    graphs run, runs as one fused program, ops recorded and fused programs compiled."""
     from . import dynamo
 
     stats = dict(_C.compile_stats())
     stats["graphs"] = dynamo.graph_stats()
     return stats
+
+
+def set_fused_eager(enabled=True):
+    """Fused eager mode on or off (also TORCHTPU_FUSED_EAGER=1 at start). Ops are recorded
+    instead of run, and run when a value is needed (a read to the host such as .item(),
+    .cpu() or print, torch.tpu.synchronize, an op with device-side checks, a data-dependent
+    size, 512 ops): the first times a graph of ops is met, op by op with each op's program as
+    in strict eager; from its second time on, as one compiled program. Errors PyTorch raises
+    from an op's arguments raise at the op; a failure while running raises at the read.
+    Turning it off runs what was recorded."""
+    _lazy_init()
+    _C.set_fused_eager(bool(enabled))
+
+
+def is_fused_eager():
+    """Whether fused eager mode is on."""
+    return _C.fused_eager_enabled()
 
 
 def lowered_ops():

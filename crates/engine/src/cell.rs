@@ -136,9 +136,41 @@ impl Drop for DevBuf {
 
 #[derive(Clone)]
 pub struct Stored {
-    pub buf: Arc<DevBuf>,
+    pub buf: Buf,
     pub dtype: DType,
     pub dims: Vec<i64>,
+}
+
+/// A cell's buffer: computed (or being computed: PJRT runs programs asynchronously), or the
+/// result of an op that fused eager mode has recorded and not run yet (fused.rs).
+#[derive(Clone)]
+pub enum Buf {
+    Ready(Arc<DevBuf>),
+    Pending(Arc<PendingOut>),
+}
+
+/// One result of a recorded op: filled when its graph runs.
+pub struct PendingOut {
+    pub done: std::sync::OnceLock<Arc<DevBuf>>,
+    /// The recording graph's generation, the op's index there and the result's.
+    pub generation: u64,
+    pub node: usize,
+    pub out: usize,
+}
+
+impl Stored {
+    pub fn ready(buf: Arc<DevBuf>, dtype: DType, dims: Vec<i64>) -> Stored {
+        Stored { buf: Buf::Ready(buf), dtype, dims }
+    }
+
+    /// The device buffer, once computed (None: its recorded op has not run; see
+    /// `dispatch::ready`, which runs pending work first).
+    pub fn dev(&self) -> Option<&Arc<DevBuf>> {
+        match &self.buf {
+            Buf::Ready(b) => Some(b),
+            Buf::Pending(p) => p.done.get(),
+        }
+    }
 }
 
 pub struct Cell {

@@ -4,9 +4,10 @@
 //! lock (lock.rs): its data is the op table, the executable cache and the statistics, and its
 //! token opens the cells that a call reads and writes.
 use crate::abi::*;
-use crate::cell::{Cell, DevBuf, Stored};
+use crate::cell::{Buf, Cell, DevBuf, Stored};
+use crate::fused;
 use crate::checks;
-use crate::error::Error;
+use crate::error::{not_computed, Error};
 use crate::lock::{EngineLock, Held};
 use crate::runtime::{runtime, Tiering};
 use crate::buckets;
@@ -70,6 +71,10 @@ enum RetSpec {
 
 struct Entry {
     exe: Arc<pjrt::LoadedExecutable>,
+    /// Unique per entry (fused graphs are keyed by their ops' entries).
+    id: u64,
+    /// The program's text, kept while fused eager mode is on (fused.rs composes graphs of it).
+    text: Option<Arc<str>>,
     feeds: Vec<Feed>,
     results: Vec<OutSpec>,
     returns: Vec<RetSpec>,
@@ -160,6 +165,8 @@ type KeyMap<V> = HashMap<Box<[u64]>, V, BuildHasherDefault<KeyHasher>>;
 
 struct Engine {
     ops: Vec<Arc<OpInfo>>,
+    /// Fused eager mode's recorded graph and its programs.
+    fused: fused::Fused,
     cache: KeyMap<Cached>,
     /// Per family of bucketed programs, the exact shapes compiled for it so far (buckets.rs).
     families: KeyMap<u32>,
@@ -172,7 +179,10 @@ static ENGINE: EngineLock<Option<Engine>> = unsafe { EngineLock::new(None) };
 
 fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
     let mut g = ENGINE.lock();
-    let e = g.data().get_or_insert_with(|| Engine { ops: Vec::new(), cache: HashMap::default(), families: HashMap::default(), tick: 0, stats: Stats::default() });
+    let e = g.data().get_or_insert_with(|| {
+        fused::init_from_env();
+        Engine { ops: Vec::new(), fused: fused::Fused::default(), cache: HashMap::default(), families: HashMap::default(), tick: 0, stats: Stats::default() }
+    });
     f(e)
 }
 
@@ -180,6 +190,43 @@ fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
 /// (`&mut Held`) cells.
 pub fn locked<R>(f: impl FnOnce(&mut Held) -> R) -> R {
     f(ENGINE.lock().held())
+}
+
+/// Like `locked`, after running what fused eager mode recorded: every cell's buffer is then
+/// computed (`Stored::dev`), except those of ops that failed.
+pub fn ready<R>(f: impl FnOnce(&mut Held) -> R) -> Result<R, Error> {
+    let mut guard = ENGINE.lock();
+    let (engine, held) = guard.split();
+    if let Some(e) = engine.as_mut() {
+        e.fused.flush()?;
+    }
+    Ok(f(held))
+}
+
+/// Runs what fused eager mode recorded (synchronize, a switch of mode).
+pub fn flush_recorded() -> Result<(), Error> {
+    ready(|_| ())
+}
+
+/// Turns fused eager mode on or off (off: what was recorded runs first).
+pub fn set_fused_eager(on: bool) -> Result<(), Error> {
+    if !on {
+        fused::set_enabled(false);
+        return flush_recorded();
+    }
+    fused::set_enabled(true);
+    Ok(())
+}
+
+pub fn fused_stats() -> fused::FusedStats {
+    with_engine(|e| e.fused.stats.clone())
+}
+
+
+/// The next entry's id.
+fn entry_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// How many executables the in-memory cache keeps at most (TORCHTPU_MAX_EXECUTABLES, default
@@ -425,6 +472,7 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     let size = match lowering.size {
         None => None,
         Some(size_fn) => {
+            engine.fused.flush()?;
             let mut key = scan.key.clone();
             key.push(SIZE_PROGRAM);
             let entry = match lookup(engine, held, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
@@ -443,6 +491,11 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
         Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
+    // Programs with device checks update the device's check accumulator: they run now.
+    if fused::enabled() && !entry.checks {
+        return record(engine, &info, &entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done);
+    }
+    engine.fused.flush()?;
     run(&entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done)
 }
 
@@ -660,7 +713,7 @@ fn read_count(produced: Vec<Produced>, held: &Held) -> Result<i64, Error> {
     let cell = unsafe { Box::from_raw(cell) };
     let s = cell.get(held).as_ref().expect("a produced cell holds a buffer");
     let mut bytes = vec![0u8; dtype.size()];
-    s.buf.buf.to_host(&mut bytes)?;
+    s.dev().ok_or_else(not_computed)?.buf.to_host(&mut bytes)?;
     Ok(match dtype {
         DType::I64 => i64::from_le_bytes(bytes.try_into().unwrap()),
         DType::I32 => i32::from_le_bytes(bytes.try_into().unwrap()) as i64,
@@ -904,11 +957,12 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
     let module_override = b.cx.module_override.take();
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
+    let kept = (fused::enabled() && module_override.is_none()).then(|| Arc::from(text.as_str()));
     let exe = match module_override {
         Some(module) => compile_module(info, &module)?,
         None => compile_program(info, text, tiering)?,
     };
-    Ok(Built::Entry(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+    Ok(Built::Entry(Entry { exe, id: entry_id(), text: kept, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
 
 enum Dry {
@@ -970,8 +1024,9 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
     let class = buckets::size_class(args, dims.iter().map(Vec::as_slice));
+    let kept = fused::enabled().then(|| Arc::from(text.as_str()));
     let exe = compile_program(info, text, Tiering::Class(class))?;
-    Ok(Some(Entry { exe, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
+    Ok(Some(Entry { exe, id: entry_id(), text: kept, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }
 
 impl Builder<'_> {
@@ -1194,6 +1249,51 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
+/// The buffer a non-cell feed uploads for this call (host tensors, float scalars, random
+/// state, a bucketed call's geometry where it is not kept); None for cell and accumulator feeds.
+fn upload_feed(f: &Feed, bucket: Option<&BucketCall>, kept_geometry: bool, args: &[TtArg], scan: &Scan) -> Result<Option<pjrt::Buffer>, Error> {
+    let rt = runtime()?;
+    let device = scan.device;
+    Ok(Some(match *f {
+        Feed::Base(_) | Feed::CheckAcc => return Ok(None),
+        Feed::Host(arg, item) => {
+            let t = arg_at(args, arg, item).tensor();
+            let dtype = dtype_of(t.dtype)?;
+            let n = t.sizes().iter().product::<i64>() as usize * dtype.size();
+            let bytes = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.host as *const u8, n) } };
+            upload(rt, bytes, dtype, t.sizes(), device)?
+        }
+        Feed::Scalar(n, elem) => {
+            let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
+            upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?
+        }
+        Feed::Geometry if kept_geometry => return Ok(None),
+        Feed::Geometry => bucket.expect("a bucketed program runs with its call's geometry").upload(device)?,
+        Feed::Rng(arg) => {
+            let a = &args[arg as usize];
+            let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
+            let state = [mix(seed ^ mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&state[0].to_le_bytes());
+            bytes[8..].copy_from_slice(&state[1].to_le_bytes());
+            upload(rt, &bytes, DType::U64, &[2], device)?
+        }
+    }))
+}
+
+/// The call's returns, from its results (None where a result went to a written cell).
+fn returns_of(entry: &Entry, mut made: Vec<Option<Produced>>) -> Vec<Produced> {
+    let mut produced = Vec::with_capacity(entry.returns.len());
+    for r in &entry.returns {
+        match r {
+            RetSpec::Tensor(i) => produced.push(made[*i].take().unwrap()),
+            RetSpec::List(is) => produced.push(Produced::List(is.iter().map(|&i| made[i].take().unwrap()).collect())),
+            RetSpec::Undefined => produced.push(Produced::Undefined),
+        }
+    }
+    produced
+}
+
 fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
     for c in &entry.host_checks {
         checks::run_host(c, args)?;
@@ -1204,38 +1304,10 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
         Some(call) => call.kept(device)?,
         None => None,
     };
-    let mut owned: Vec<pjrt::Buffer> = Vec::new();
     // Owned uploads first, so that the references below stay valid.
+    let mut owned: Vec<pjrt::Buffer> = Vec::new();
     for f in &entry.feeds {
-        match *f {
-            Feed::Base(_) => {}
-            Feed::Host(arg, item) => {
-                let t = arg_at(args, arg, item).tensor();
-                let dtype = dtype_of(t.dtype)?;
-                let n = t.sizes().iter().product::<i64>() as usize * dtype.size();
-                let bytes = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.host as *const u8, n) } };
-                owned.push(upload(rt, bytes, dtype, t.sizes(), device)?);
-            }
-            Feed::Scalar(n, elem) => {
-                let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
-                owned.push(upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?);
-            }
-            Feed::CheckAcc => {}
-            Feed::Geometry => {
-                if kept_geometry.is_none() {
-                    owned.push(bucket.expect("a bucketed program runs with its call's geometry").upload(device)?);
-                }
-            }
-            Feed::Rng(arg) => {
-                let a = &args[arg as usize];
-                let (seed, offset) = unsafe { (a.p.n.i as u64, a.p.n.i2 as u64) };
-                let state = [mix(seed ^ mix(offset.wrapping_add(0x9E37_79B9_7F4A_7C15))), offset];
-                let mut bytes = [0u8; 16];
-                bytes[..8].copy_from_slice(&state[0].to_le_bytes());
-                bytes[8..].copy_from_slice(&state[1].to_le_bytes());
-                owned.push(upload(rt, &bytes, DType::U64, &[2], device)?);
-            }
-        }
+        owned.extend(upload_feed(f, bucket, kept_geometry.is_some(), args, scan)?);
     }
     // Held from here until the program's new accumulator is stored (see checks.rs).
     let acc = if entry.checks { Some(checks::acc(device)?) } else { None };
@@ -1247,7 +1319,7 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
                 // SAFETY: the call's arguments keep their cells alive.
                 let cell = unsafe { &*scan.cells[slot as usize] };
                 let s = cell.get(held).as_ref().expect("a fed cell holds a buffer");
-                inputs.push(&s.buf.buf);
+                inputs.push(&s.dev().ok_or_else(not_computed)?.buf);
             }
             Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
             Feed::Geometry if kept_geometry.is_some() => inputs.push(kept_geometry.unwrap()),
@@ -1271,7 +1343,7 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
                 // A bucketed program's result holds its bucket: the tensor has its real sizes.
                 let shown = bucket.map_or(dims, |s| &s.dims[i]);
                 let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
-                let stored = Stored { buf: DevBuf::new(buf, bytes, device), dtype: *dtype, dims: dims.clone() };
+                let stored = Stored::ready(DevBuf::new(buf, bytes, device), *dtype, dims.clone());
                 let cell = Cell::new(nbytes, device, Some(stored));
                 made.push(Some(Produced::Tensor { cell, dtype: *dtype, dims: shown.clone() }));
             }
@@ -1284,18 +1356,62 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
                     cell.set(held, None);
                 }
                 let nbytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                cell.set(held, Some(Stored { buf: DevBuf::new(buf, nbytes, device), dtype: *dtype, dims: dims.clone() }));
+                cell.set(held, Some(Stored::ready(DevBuf::new(buf, nbytes, device), *dtype, dims.clone())));
                 made.push(None);
             }
         }
     }
-    let mut produced = Vec::with_capacity(entry.returns.len());
-    for r in &entry.returns {
-        match r {
-            RetSpec::Tensor(i) => produced.push(made[*i].take().unwrap()),
-            RetSpec::List(is) => produced.push(Produced::List(is.iter().map(|&i| made[i].take().unwrap()).collect())),
-            RetSpec::Undefined => produced.push(Produced::Undefined),
-        }
+    Ok(returns_of(entry, made))
+}
+
+/// Records the call into fused eager mode's graph instead of running it (fused.rs): its
+/// inputs are the cells' buffers as they are now (or pending results of the graph) and its
+/// uploads, made now; its results are pending cells.
+fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
+    for c in &entry.host_checks {
+        checks::run_host(c, args)?;
     }
-    Ok(produced)
+    let device = scan.device;
+    let graph = engine.fused.graph(device)?;
+    let mut inputs = Vec::with_capacity(entry.feeds.len());
+    for f in &entry.feeds {
+        let input = match *f {
+            Feed::Base(slot) => {
+                // SAFETY: the call's arguments keep their cells alive.
+                let cell = unsafe { &*scan.cells[slot as usize] };
+                let s = cell.get(held).as_ref().expect("a fed cell holds a buffer");
+                match (&s.buf, s.dev()) {
+                    (_, Some(b)) => fused::Input::Ready(b.clone()),
+                    (Buf::Pending(p), None) => graph.input_of(p).ok_or_else(not_computed)?,
+                    (Buf::Ready(_), None) => unreachable!("a ready buffer is computed"),
+                }
+            }
+            _ => fused::Input::Owned(upload_feed(f, bucket, false, args, scan)?.expect("a recorded call's feeds are cells or uploads")),
+        };
+        inputs.push(input);
+    }
+    let mut made: Vec<Option<Produced>> = Vec::with_capacity(entry.results.len());
+    let mut outs = Vec::with_capacity(entry.results.len());
+    for (i, spec) in entry.results.iter().enumerate() {
+        let pending = graph.pending(i);
+        let (dtype, dims) = match spec {
+            OutSpec::New { dtype, dims } | OutSpec::Base { dtype, dims, .. } => (*dtype, dims.clone()),
+        };
+        let stored = Stored { buf: Buf::Pending(pending.clone()), dtype, dims: dims.clone() };
+        match spec {
+            OutSpec::New { .. } => {
+                let shown = bucket.map_or(&dims, |s| &s.dims[i]).clone();
+                let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
+                made.push(Some(Produced::Tensor { cell: Cell::new(nbytes, device, Some(stored)), dtype, dims: shown }));
+            }
+            OutSpec::Base { slot, .. } => {
+                // SAFETY: the call's arguments keep their cells alive.
+                unsafe { &*scan.cells[*slot as usize] }.set(held, Some(stored));
+                made.push(None);
+            }
+        }
+        outs.push((pending, dtype, dims));
+    }
+    engine.fused.push(fused::Op { name: info.base.clone(), exe: entry.exe.clone(), id: entry.id, text: entry.text.clone(), inputs, outs });
+    Ok(returns_of(entry, made))
 }

@@ -36,3 +36,9 @@ impl From<pjrt::Error> for Error {
         Error::Pjrt(e)
     }
 }
+
+/// For a cell whose recorded op never ran (fused eager mode: an op before it in its graph
+/// failed, and that error was raised).
+pub fn not_computed() -> Error {
+    Error::runtime("torchtpu: this tensor has no value: the op that computes it was recorded in fused eager mode and an earlier op of its graph failed (that error was raised)")
+}

@@ -3,6 +3,7 @@
 //! written under the engine lock (`dispatch::locked`), or by running ops through `dispatch`.
 use crate::abi::*;
 use crate::cell::{Cell, DevBuf, Stored};
+use crate::error::not_computed;
 use crate::checks;
 use crate::dispatch::{self, CallResult, Produced};
 use crate::error::Error;
@@ -36,7 +37,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
     checks::raise_pending()?;
     let cell = unsafe { &*(t.cell as *const Cell) };
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
-    let direct = dispatch::locked(|held| match cell.get(held) {
+    let direct = dispatch::ready(|held| match cell.get(held) {
         None => Some(None),
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {
             Some(Some((s.clone(), 0)))
@@ -46,7 +47,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             Some(Some((s.clone(), g.offset as usize)))
         }
         Some(_) => None,
-    });
+    })?;
     match direct {
         Some(None) => {
             dst.fill(0);
@@ -62,7 +63,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             };
             let Some(Produced::Tensor { cell, .. }) = produced.into_iter().next() else { unreachable!() };
             let owned = unsafe { Box::from_raw(cell) };
-            let s = dispatch::locked(|held| owned.get(held).clone());
+            let s = dispatch::ready(|held| owned.get(held).clone())?;
             read_run(&s.expect("clone produced a buffer"), 0, dst)
         }
     }
@@ -72,11 +73,12 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
 /// its storage: see buckets.rs).
 fn read_run(s: &Stored, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
     let total = s.dims.iter().product::<i64>() as usize * s.dtype.size();
+    let buf = &s.dev().ok_or_else(not_computed)?.buf;
     if offset == 0 && total == dst.len() {
-        return Ok(s.buf.buf.to_host(dst)?);
+        return Ok(buf.to_host(dst)?);
     }
     let mut all = vec![0u8; total];
-    s.buf.buf.to_host(&mut all)?;
+    buf.to_host(&mut all)?;
     let start = offset * s.dtype.size();
     dst.copy_from_slice(&all[start..start + dst.len()]);
     Ok(())
@@ -91,7 +93,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
         // The whole storage: upload straight into a new buffer.
         let rt = runtime()?;
         let buf = rt.client.buffer_from_host(src, element_type(dtype), t.sizes(), None, rt.device(cell.device)?)?;
-        let stored = Stored { buf: DevBuf::new(buf, src.len() as i64, cell.device), dtype, dims: t.sizes().to_vec() };
+        let stored = Stored::ready(DevBuf::new(buf, src.len() as i64, cell.device), dtype, t.sizes().to_vec());
         dispatch::locked(|held| cell.set(held, Some(stored)));
         return Ok(());
     }
@@ -117,14 +119,14 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
 
 /// The whole cell's contents as bytes (zeros when never written).
 pub fn cell_bytes(cell: &Cell) -> Result<(Option<(DType, Vec<i64>)>, Vec<u8>), Error> {
-    let stored = dispatch::locked(|held| cell.get(held).clone());
+    let stored = dispatch::ready(|held| cell.get(held).clone())?;
     let mut bytes = vec![0u8; cell.nbytes() as usize];
     match stored {
         None => Ok((None, bytes)),
         Some(s) => {
             let n = (s.dims.iter().product::<i64>() as usize * s.dtype.size()).min(bytes.len());
             let mut tmp = vec![0u8; s.dims.iter().product::<i64>() as usize * s.dtype.size()];
-            s.buf.buf.to_host(&mut tmp)?;
+            s.dev().ok_or_else(not_computed)?.buf.to_host(&mut tmp)?;
             bytes[..n].copy_from_slice(&tmp[..n]);
             Ok((Some((s.dtype, s.dims)), bytes))
         }
@@ -140,7 +142,7 @@ pub fn set_cell_bytes(cell: &Cell, dtype: Option<DType>, bytes: &[u8]) -> Result
     let n = bytes.len() / dtype.size();
     let rt = runtime()?;
     let buf = rt.client.buffer_from_host(&bytes[..n * dtype.size()], element_type(dtype), &[n as i64], None, rt.device(cell.device)?)?;
-    let stored = Stored { buf: DevBuf::new(buf, (n * dtype.size()) as i64, cell.device), dtype, dims: vec![n as i64] };
+    let stored = Stored::ready(DevBuf::new(buf, (n * dtype.size()) as i64, cell.device), dtype, vec![n as i64]);
     dispatch::locked(|held| cell.set(held, Some(stored)));
     Ok(())
 }

@@ -6,8 +6,9 @@
 //!
 //! ```text
 //! 4  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
-//! 3  dispatch   running one aten call; the engine lock         uses checks, cell, lock, view, buckets, runtime, values, error, abi
-//! 2  checks     data-dependent checks (host, device)           uses runtime, values, error, abi
+//! 3  dispatch   running one aten call; the engine lock         uses fused, checks, cell, lock, view, buckets, runtime, values, error, abi
+//! 2  fused      fused eager mode: recorded graphs, run fused   uses cell, runtime, error
+//!    checks     data-dependent checks (host, device)           uses runtime, values, error, abi
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error
@@ -22,6 +23,7 @@ pub mod checks;
 pub mod dispatch;
 pub mod disk_cache;
 pub mod error;
+pub mod fused;
 pub mod host;
 pub mod lock;
 pub mod memory;

@@ -261,7 +261,9 @@ pub extern "C" fn tt_is_initialized() -> bool {
 
 #[no_mangle]
 pub extern "C" fn tt_synchronize(_device: i32) {
-    // Reads wait for their producers; nothing is queued outside PJRT.
+    // Reads wait for their producers; what fused eager mode recorded is started here (a
+    // failure of it raises at the next read of its results).
+    let _ = engine::dispatch::flush_recorded();
 }
 
 /// The aten ops the shim must route to the fallback explicitly (declared `.routed(...)`):

@@ -62,6 +62,7 @@ fn init() -> PyResult<()> {
 /// Waits for every queued computation (torch.tpu.synchronize).
 #[pyfunction]
 fn synchronize() -> PyResult<()> {
+    engine::dispatch::flush_recorded().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
     engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
 }
 
@@ -225,7 +226,25 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         ops.set_item(name, op)?;
     }
     d.set_item("ops", ops)?;
+    let f = engine::dispatch::fused_stats();
+    let fused = PyDict::new(py);
+    fused.set_item("graphs", f.graphs)?;
+    fused.set_item("fused_runs", f.fused_runs)?;
+    fused.set_item("ops", f.ops)?;
+    fused.set_item("programs", f.programs)?;
+    d.set_item("fused", fused)?;
     Ok(d)
+}
+
+/// Turns fused eager mode on or off (off: what it recorded runs first).
+#[pyfunction]
+fn set_fused_eager(on: bool) -> PyResult<()> {
+    engine::dispatch::set_fused_eager(on).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+}
+
+#[pyfunction]
+fn fused_eager_enabled() -> bool {
+    engine::fused::enabled()
 }
 
 /// Waits for the persistent cache's queued writes (at interpreter exit).
@@ -418,6 +437,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(flush_compile_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
+    m.add_function(wrap_pyfunction!(fused_eager_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_lowered, m)?)?;
     m.add_function(wrap_pyfunction!(declared_overloads, m)?)?;

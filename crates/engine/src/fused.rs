@@ -1,0 +1,464 @@
+//! Fused eager mode (opt-in: `TORCHTPU_FUSED_EAGER=1` or `torch.tpu.set_fused_eager(True)`).
+//! Calls are looked up (lowered and compiled) as in strict eager, so they raise the same
+//! errors at the same call, but not run: they are recorded into the process's graph, and their
+//! results are pending cells. The graph runs when a value is needed (a read to the host, a
+//! call that cannot be recorded, synchronize, the size limit). A graph seen for the first time
+//! runs op by op, each op with its own program, as strict eager would; a graph whose structure
+//! comes again (a training step, a decode step) is compiled once as one program, the ops'
+//! programs as functions of one module that XLA inlines and fuses, and runs as that from then
+//! on. The fused program returns only the results a tensor still holds, so intermediates that
+//! PyTorch has freed are never kept.
+use crate::cell::{DevBuf, PendingOut};
+use crate::error::Error;
+use crate::runtime::{runtime, Tiering};
+use lowerings::DType;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Whether calls are recorded (set from the environment at start, or by `set_enabled`).
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Turns recording on or off; the caller runs what was recorded when turning it off.
+pub fn set_enabled(on: bool) {
+    ON.store(on, Ordering::Relaxed);
+}
+
+/// Reads TORCHTPU_FUSED_EAGER once, when the engine starts.
+pub fn init_from_env() {
+    if std::env::var("TORCHTPU_FUSED_EAGER").is_ok_and(|v| !v.is_empty() && v != "0") {
+        set_enabled(true);
+    }
+}
+
+/// Ops a graph holds at most before it runs (TORCHTPU_FUSED_MAX_OPS, default 512): a longer
+/// program compiles longer, and the cut must fall at the same place each time for a graph's
+/// structure to repeat.
+fn max_ops() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| std::env::var("TORCHTPU_FUSED_MAX_OPS").ok().and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(512))
+}
+
+/// Runs of a graph structure op by op before it is compiled as one program: a structure seen
+/// once (a prompt's first step, a shape met once) is not worth a compile.
+const FUSE_AFTER: u32 = 2;
+
+/// An op's program input in a graph.
+pub enum Input {
+    /// A computed buffer (a cell's, when the op was recorded).
+    Ready(Arc<DevBuf>),
+    /// A buffer uploaded when the op was recorded (host tensors, scalars, random state).
+    Owned(pjrt::Buffer),
+    /// Result `out` of the graph's op `node`.
+    Out(usize, usize),
+}
+
+/// One recorded call: its program, inputs and results.
+pub struct Op {
+    /// The op's name, for errors.
+    pub name: String,
+    pub exe: Arc<pjrt::LoadedExecutable>,
+    /// The program's identity (unique per compiled entry) and its module text, for fusing.
+    pub id: u64,
+    pub text: Option<Arc<str>>,
+    pub inputs: Vec<Input>,
+    /// Each result: its pending value, dtype and the buffer's dims.
+    pub outs: Vec<(Arc<PendingOut>, DType, Vec<i64>)>,
+}
+
+pub struct Graph {
+    pub generation: u64,
+    pub device: i32,
+    ops: Vec<Op>,
+}
+
+impl Graph {
+    /// A pending result of the op about to be pushed.
+    pub fn pending(&self, out: usize) -> Arc<PendingOut> {
+        Arc::new(PendingOut { done: std::sync::OnceLock::new(), generation: self.generation, node: self.ops.len(), out })
+    }
+
+    /// Where a pending value of this graph is read from.
+    pub fn input_of(&self, p: &PendingOut) -> Option<Input> {
+        (p.generation == self.generation).then_some(Input::Out(p.node, p.out))
+    }
+}
+
+enum Program {
+    /// Runs op by op so far: how many times.
+    Seen(u32),
+    Fused(Arc<pjrt::LoadedExecutable>),
+    /// Could not be composed or compiled: always op by op.
+    Never,
+}
+
+#[derive(Default, Clone, Debug)]
+pub struct FusedStats {
+    /// Graphs run, and how many of them as one fused program.
+    pub graphs: u64,
+    pub fused_runs: u64,
+    /// Ops recorded, and fused programs compiled.
+    pub ops: u64,
+    pub programs: u64,
+}
+
+#[derive(Default)]
+pub struct Fused {
+    graph: Option<Graph>,
+    generation: u64,
+    programs: HashMap<Vec<u64>, Program>,
+    pub stats: FusedStats,
+}
+
+impl Fused {
+    pub fn has_pending(&self) -> bool {
+        self.graph.is_some()
+    }
+
+    /// The graph to record a call on `device` into: a graph of another device, or a full
+    /// one, runs first.
+    pub fn graph(&mut self, device: i32) -> Result<&mut Graph, Error> {
+        if self.graph.as_ref().is_some_and(|g| g.device != device || g.ops.len() >= max_ops()) {
+            self.flush()?;
+        }
+        if self.graph.is_none() {
+            self.generation += 1;
+            self.graph = Some(Graph { generation: self.generation, device, ops: Vec::new() });
+        }
+        Ok(self.graph.as_mut().unwrap())
+    }
+
+    pub fn push(&mut self, op: Op) {
+        self.stats.ops += 1;
+        self.graph.as_mut().expect("a graph is open").ops.push(op);
+    }
+
+    /// Runs the recorded graph, if any: as its fused program where its structure has one.
+    pub fn flush(&mut self) -> Result<(), Error> {
+        let Some(g) = self.graph.take() else { return Ok(()) };
+        self.stats.graphs += 1;
+        // A result is kept where a cell still holds it (the graph holds one reference).
+        let live: Vec<Vec<bool>> = g.ops.iter().map(|op| op.outs.iter().map(|(p, ..)| Arc::strong_count(p) > 1).collect()).collect();
+        let plan = Plan::new(&g, &live);
+        let state = self.programs.entry(plan.key.clone()).or_insert(Program::Seen(0));
+        if let Program::Seen(n) = state {
+            *n += 1;
+            if *n >= FUSE_AFTER {
+                *state = match compose(&g, &live, &plan).and_then(|text| runtime().ok()?.compile("torchtpu::fused", &text, Tiering::Largest).ok()) {
+                    Some(exe) => {
+                        self.stats.programs += 1;
+                        Program::Fused(exe)
+                    }
+                    None => Program::Never,
+                };
+            }
+        }
+        match state {
+            Program::Fused(exe) => {
+                let exe = exe.clone();
+                self.stats.fused_runs += 1;
+                run_fused(&g, &live, &plan, &exe)
+            }
+            _ => run_op_by_op(&g, &live),
+        }
+    }
+}
+
+/// A graph's structure (its key) and its program inputs: each distinct ready buffer once, in
+/// order of first use, then where each op's results are needed.
+struct Plan {
+    key: Vec<u64>,
+    /// Per op, per input: the fused program's parameter it reads (None: another op's result).
+    params: Vec<Vec<Option<usize>>>,
+    /// The fused program's parameters: (op, input) of first use.
+    externals: Vec<(usize, usize)>,
+    /// Per op and result: the last op that reads it (None: no op does).
+    last_use: Vec<Vec<Option<usize>>>,
+}
+
+impl Plan {
+    fn new(g: &Graph, live: &[Vec<bool>]) -> Plan {
+        let mut key = vec![g.device as u64, g.ops.len() as u64];
+        let mut seen: HashMap<*const DevBuf, usize> = HashMap::new();
+        let mut externals = Vec::new();
+        let mut params = Vec::with_capacity(g.ops.len());
+        let mut last_use: Vec<Vec<Option<usize>>> = g.ops.iter().map(|op| vec![None; op.outs.len()]).collect();
+        for (i, op) in g.ops.iter().enumerate() {
+            key.push(if op.text.is_some() { op.id } else { u64::MAX });
+            key.push(op.inputs.len() as u64);
+            let mut row = Vec::with_capacity(op.inputs.len());
+            for (j, input) in op.inputs.iter().enumerate() {
+                let p = match input {
+                    Input::Ready(b) => Some(*seen.entry(Arc::as_ptr(b)).or_insert_with(|| {
+                        externals.push((i, j));
+                        externals.len() - 1
+                    })),
+                    Input::Owned(_) => {
+                        externals.push((i, j));
+                        Some(externals.len() - 1)
+                    }
+                    Input::Out(n, o) => {
+                        last_use[*n][*o] = Some(i);
+                        key.push(1 << 63 | (*n as u64) << 16 | *o as u64);
+                        None
+                    }
+                };
+                if let Some(p) = p {
+                    key.push(p as u64);
+                }
+                row.push(p);
+            }
+            params.push(row);
+            key.push(live[i].iter().enumerate().fold(0u64, |m, (k, &l)| m | (l as u64) << (k % 64)));
+        }
+        Plan { key, params, externals, last_use }
+    }
+}
+
+fn deferred_error(op: &Op, e: pjrt::Error) -> Error {
+    Error::runtime(format!("torchtpu: {} (recorded in fused eager mode) failed: {}", op.name, e.message))
+}
+
+fn new_buf(buf: pjrt::Buffer, dtype: DType, dims: &[i64], device: i32) -> Arc<DevBuf> {
+    DevBuf::new(buf, dims.iter().product::<i64>() * dtype.size() as i64, device)
+}
+
+/// Runs each op with its own program, in order; a result no later op reads and no cell holds
+/// is dropped at once, one that only later ops read after its last reader.
+fn run_op_by_op(g: &Graph, live: &[Vec<bool>]) -> Result<(), Error> {
+    let rt = runtime()?;
+    let device = rt.device(g.device)?;
+    let plan_uses = Plan::new(g, live).last_use;
+    let mut results: Vec<Vec<Option<Arc<DevBuf>>>> = Vec::with_capacity(g.ops.len());
+    for (i, op) in g.ops.iter().enumerate() {
+        let inputs: Vec<&pjrt::Buffer> = op
+            .inputs
+            .iter()
+            .map(|input| match input {
+                Input::Ready(b) => &b.buf,
+                Input::Owned(b) => b,
+                Input::Out(n, o) => &results[*n][*o].as_ref().expect("a result is kept until its last reader").buf,
+            })
+            .collect();
+        let outs = op.exe.execute(&inputs, device).map_err(|e| deferred_error(op, e))?;
+        drop(inputs);
+        let mut row = Vec::with_capacity(outs.len());
+        for (k, (buf, (p, dtype, dims))) in outs.into_iter().zip(&op.outs).enumerate() {
+            let b = new_buf(buf, *dtype, dims, g.device);
+            if live[i][k] {
+                let _ = p.done.set(b.clone());
+            }
+            row.push(plan_uses[i][k].is_some().then_some(b));
+        }
+        results.push(row);
+        for input in &op.inputs {
+            if let Input::Out(n, o) = input {
+                if plan_uses[*n][*o] == Some(i) {
+                    results[*n][*o] = None;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the graph's fused program: its parameters are the plan's external inputs, its results
+/// the live results in op order.
+fn run_fused(g: &Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedExecutable) -> Result<(), Error> {
+    let rt = runtime()?;
+    let inputs: Vec<&pjrt::Buffer> = plan
+        .externals
+        .iter()
+        .map(|&(i, j)| match &g.ops[i].inputs[j] {
+            Input::Ready(b) => &b.buf,
+            Input::Owned(b) => b,
+            Input::Out(..) => unreachable!("an external input is a buffer"),
+        })
+        .collect();
+    let outs = exe.execute(&inputs, rt.device(g.device)?).map_err(|e| Error::runtime(format!("torchtpu: a fused eager graph failed: {}", e.message)))?;
+    let mut outs = outs.into_iter();
+    for (i, op) in g.ops.iter().enumerate() {
+        for (k, (p, dtype, dims)) in op.outs.iter().enumerate() {
+            if live[i][k] {
+                let buf = outs.next().expect("a fused program returns every live result");
+                let _ = p.done.set(new_buf(buf, *dtype, dims, g.device));
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---- one module from the ops' modules ---------------------------------------------------------
+
+/// An op's module, parsed: its main function's parameter and result types, the donations
+/// its parameters declare, and its functions renamed under `prefix`.
+struct Parsed {
+    params: Vec<String>,
+    results: Vec<String>,
+    /// (parameter, result) pairs of `tf.aliasing_output`.
+    aliases: Vec<(usize, usize)>,
+    functions: String,
+}
+
+/// Splits `s` at the commas outside brackets.
+fn split_top(s: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
+    for (i, c) in s.char_indices() {
+        match c {
+            '<' | '(' | '{' | '[' => depth += 1,
+            '>' | ')' | '}' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(s[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if !s[start..].trim().is_empty() {
+        parts.push(s[start..].trim());
+    }
+    parts
+}
+
+/// Every `@symbol` in `text` as `@<prefix>symbol`.
+fn rename_symbols(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut rest = text;
+    while let Some(at) = rest.find('@') {
+        out.push_str(&rest[..=at]);
+        out.push_str(prefix);
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn parse(text: &str, prefix: &str) -> Option<Parsed> {
+    let lines: Vec<&str> = text.lines().collect();
+    let main_at = lines.iter().position(|l| l.trim_start().starts_with("func.func public @main("))?;
+    let header = lines[main_at];
+    let open = header.find("@main(")? + "@main(".len();
+    let arrow = header.rfind(") -> (")?;
+    let close = header.rfind(") {")?;
+    let mut params = Vec::new();
+    let mut aliases = Vec::new();
+    for (i, arg) in split_top(&header[open..arrow]).into_iter().enumerate() {
+        let ty = arg.split_once(": ")?.1;
+        let (ty, attrs) = match ty.find(" {") {
+            Some(b) => (&ty[..b], &ty[b..]),
+            None => (ty, ""),
+        };
+        if let Some(r) = attrs.split("tf.aliasing_output = ").nth(1) {
+            aliases.push((i, r.split(' ').next()?.parse().ok()?));
+        }
+        params.push(ty.to_string());
+    }
+    let results: Vec<String> = split_top(&header[arrow + ") -> (".len()..close]).into_iter().map(str::to_string).collect();
+    // The main function as a private one without donations, then the module's other functions.
+    let args: Vec<String> = params.iter().enumerate().map(|(i, t)| format!("%arg{i}: {t}")).collect();
+    let mut functions = format!("  func.func private @{prefix}main({}) -> ({}) {{\n", args.join(", "), results.join(", "));
+    let end = lines.len().checked_sub(1)?; // the module's closing brace
+    for line in &lines[main_at + 1..end] {
+        functions.push_str(&rename_symbols(line, prefix));
+        functions.push('\n');
+    }
+    Some(Parsed { params, results, aliases, functions })
+}
+
+/// The graph as one module: a main function calling each op's main in order, returning the
+/// live results, and donating an input where its op donated it into a returned result.
+fn compose(g: &Graph, live: &[Vec<bool>], plan: &Plan) -> Option<String> {
+    let parsed: Vec<Parsed> = g.ops.iter().enumerate().map(|(i, op)| parse(op.text.as_deref()?, &format!("n{i}_"))).collect::<Option<_>>()?;
+    let mut body = String::new();
+    let mut returned: Vec<(String, String)> = Vec::new(); // (value, type)
+    let mut result_of: HashMap<(usize, usize), usize> = HashMap::new();
+    for (i, p) in parsed.iter().enumerate() {
+        if p.params.len() != g.ops[i].inputs.len() || p.results.len() != g.ops[i].outs.len() {
+            return None;
+        }
+        let operands: Vec<String> = g.ops[i]
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(j, input)| match input {
+                Input::Out(n, o) => format!("%c{n}#{o}"),
+                _ => format!("%arg{}", plan.params[i][j].unwrap()),
+            })
+            .collect();
+        let results = if p.results.is_empty() { String::new() } else { format!("%c{i}:{} = ", p.results.len()) };
+        body.push_str(&format!(
+            "    {results}\"func.call\"({}) {{callee = @n{i}_main}} : ({}) -> ({})\n",
+            operands.join(", "),
+            p.params.join(", "),
+            p.results.join(", ")
+        ));
+        for (k, ty) in p.results.iter().enumerate() {
+            if live[i][k] {
+                result_of.insert((i, k), returned.len());
+                returned.push((format!("%c{i}#{k}"), ty.clone()));
+            }
+        }
+    }
+    // Donations: an external buffer an op donated, read by no later op, into that op's result
+    // when the program returns it.
+    let mut last_reader = vec![0usize; plan.externals.len()];
+    for (i, row) in plan.params.iter().enumerate() {
+        for &e in row.iter().flatten() {
+            last_reader[e] = i;
+        }
+    }
+    let mut donated: HashMap<usize, usize> = HashMap::new();
+    for (i, p) in parsed.iter().enumerate() {
+        for &(param, r) in &p.aliases {
+            if let (Some(e), Some(&res)) = (plan.params[i][param], result_of.get(&(i, r))) {
+                if last_reader[e] == i && matches!(g.ops[i].inputs[param], Input::Ready(_)) && !donated.contains_key(&e) {
+                    donated.insert(e, res);
+                }
+            }
+        }
+    }
+    let args: Vec<String> = plan
+        .externals
+        .iter()
+        .enumerate()
+        .map(|(e, &(i, j))| {
+            let ty = &parsed[i].params[j];
+            match donated.get(&e) {
+                Some(r) => format!("%arg{e}: {ty} {{tf.aliasing_output = {r} : i32}}"),
+                None => format!("%arg{e}: {ty}"),
+            }
+        })
+        .collect();
+    let types: Vec<&str> = returned.iter().map(|r| r.1.as_str()).collect();
+    let values: Vec<&str> = returned.iter().map(|r| r.0.as_str()).collect();
+    let mut text = format!("module @fused {{\n  func.func public @main({}) -> ({}) {{\n", args.join(", "), types.join(", "));
+    text.push_str(&body);
+    text.push_str(&format!("    \"func.return\"({}) : ({}) -> ()\n  }}\n", values.join(", "), types.join(", ")));
+    for p in &parsed {
+        text.push_str(&p.functions);
+    }
+    text.push_str("}\n");
+    Some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_renames_a_module() {
+        let text = "module @m {\n  func.func public @main(%arg0: tensor<4x4xf32> {tf.aliasing_output = 0 : i32}, %arg1: tensor<i64>) -> (tensor<4x4xf32>, tensor<2xcomplex<f32>>) {\n    %0 = \"func.call\"(%arg0) {callee = @helper} : (tensor<4x4xf32>) -> tensor<4x4xf32>\n    \"func.return\"(%0, %x) : (tensor<4x4xf32>, tensor<2xcomplex<f32>>) -> ()\n  }\n  func.func private @helper(%arg0: tensor<4x4xf32>) -> (tensor<4x4xf32>) {\n  }\n}\n";
+        let p = parse(text, "n3_").unwrap();
+        assert_eq!(p.params, ["tensor<4x4xf32>", "tensor<i64>"]);
+        assert_eq!(p.results, ["tensor<4x4xf32>", "tensor<2xcomplex<f32>>"]);
+        assert_eq!(p.aliases, [(0, 0)]);
+        assert!(p.functions.starts_with("  func.func private @n3_main(%arg0: tensor<4x4xf32>, %arg1: tensor<i64>) -> (tensor<4x4xf32>, tensor<2xcomplex<f32>>) {\n"));
+        assert!(p.functions.contains("callee = @n3_helper"));
+        assert!(p.functions.contains("func.func private @n3_helper("));
+        assert!(!p.functions.contains("aliasing"));
+    }
+}
