@@ -131,6 +131,9 @@ def main():
     if a.inductor:
         rows.append(("torch CPU inductor", *run("cpu", a.steps, "inductor")))
     rows.append(("torchtpu eager", *run("tpu", a.steps)))
+    torch.tpu.set_fused_eager(True)
+    rows.append(("torchtpu fused eager", *run("tpu", a.steps)))
+    torch.tpu.set_fused_eager(False)
     rows.append(("torchtpu compiled", *run("tpu", a.steps, "tpu")))
     base = rows[0][2]
     print(f"platform: {torch.tpu.get_device_name()}; steps: {a.steps}; cores: {a.cores}")

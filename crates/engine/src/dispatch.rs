@@ -73,7 +73,7 @@ struct Entry {
     exe: Arc<pjrt::LoadedExecutable>,
     /// Unique per entry (fused graphs are keyed by their ops' entries).
     id: u64,
-    /// The program's text, kept while fused eager mode is on (fused.rs composes graphs of it).
+    /// The program's text (fused.rs composes graphs of it); None for a user's module.
     text: Option<Arc<str>>,
     feeds: Vec<Feed>,
     results: Vec<OutSpec>,
@@ -957,7 +957,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
     let module_override = b.cx.module_override.take();
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
-    let kept = (fused::enabled() && module_override.is_none()).then(|| Arc::from(text.as_str()));
+    let kept = module_override.is_none().then(|| Arc::from(text.as_str()));
     let exe = match module_override {
         Some(module) => compile_module(info, &module)?,
         None => compile_program(info, text, tiering)?,
@@ -1024,7 +1024,7 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
     let class = buckets::size_class(args, dims.iter().map(Vec::as_slice));
-    let kept = fused::enabled().then(|| Arc::from(text.as_str()));
+    let kept = Some(Arc::from(text.as_str()));
     let exe = compile_program(info, text, Tiering::Class(class))?;
     Ok(Some(Entry { exe, id: entry_id(), text: kept, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }

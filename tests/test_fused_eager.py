@@ -1,0 +1,187 @@
+"""Fused eager mode (torch.tpu.set_fused_eager): recorded ops give the same values as strict
+eager and as PyTorch on CPU, through views, in-place ops, autograd, the RNG and data-dependent
+sizes; a repeated graph runs as one fused program; errors keep PyTorch's class and message."""
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import TPU
+
+
+@pytest.fixture
+def fused():
+    torch.tpu.set_fused_eager(True)
+    try:
+        yield
+    finally:
+        torch.tpu.set_fused_eager(False)
+
+
+def fused_stats():
+    return torch.tpu.compile_stats()["fused"]
+
+
+def chain(x, w, b):
+    y = torch.tanh(x @ w + b) * 0.5
+    y = y[:, 1:].exp() - y[:, :-1]
+    return y.sum(dim=0), y
+
+
+def test_repeated_graph_runs_fused_with_strict_values(fused):
+    xs, ws, bs = torch.randn(6, 5), torch.randn(5, 7), torch.randn(7)
+    ref = chain(xs, ws, bs)
+    x, w, b = xs.to(TPU), ws.to(TPU), bs.to(TPU)
+    before = fused_stats()
+    for _ in range(4):
+        got = chain(x, w, b)
+        for g, r in zip(got, ref):
+            torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
+    after = fused_stats()
+    assert after["graphs"] - before["graphs"] >= 4
+    # The first run is op by op; from the second on the graph is one fused program.
+    assert after["fused_runs"] - before["fused_runs"] >= 3
+    assert torch.tpu.is_fused_eager()
+
+
+def test_views_and_inplace_writes(fused):
+    base = torch.randn(5, 6)
+    t = base.to(TPU)
+    for x in (base, t):
+        v = x[1:4, ::2]
+        v.mul_(2).add_(1)
+        x.t()[2].zero_()
+        x[0] = x[4] * 3
+    torch.testing.assert_close(t.cpu(), base)
+    # A view taken before the writes sees them.
+    u = torch.zeros(4, device=TPU)
+    view = u[1:3]
+    u.add_(5)
+    view.mul_(2)
+    assert u.cpu().tolist() == [5.0, 10.0, 10.0, 5.0]
+
+
+def test_empty_zero_dim_dtypes(fused):
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        a = torch.randint(0, 5, (3, 4)).to(dtype)
+        s = torch.tensor(2).to(dtype)
+        e = torch.empty(0, 4, dtype=dtype)
+        for x, y in ((a, s), (e, s), (s, s)):
+            ref = (x * y).sum() if dtype != torch.bool else (x & y).any()
+            got = (x.to(TPU) * y.to(TPU)).sum() if dtype != torch.bool else (x.to(TPU) & y.to(TPU)).any()
+            torch.testing.assert_close(got.cpu(), ref)
+
+
+def test_training_matches_strict_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 3))
+    data, target = torch.randn(10, 8), torch.randint(0, 3, (10,))
+
+    def train(fused):
+        net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Dropout(0.2), torch.nn.Linear(16, 3))
+        net.load_state_dict(model.state_dict())
+        net = net.to(TPU)
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+        torch.manual_seed(1)
+        torch.tpu.manual_seed(1)
+        torch.tpu.set_fused_eager(fused)
+        losses = []
+        try:
+            for _ in range(4):
+                opt.zero_grad()
+                loss = F.cross_entropy(net(data.to(TPU)), target.to(TPU))
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        finally:
+            torch.tpu.set_fused_eager(False)
+        return losses, [p.detach().cpu() for p in net.parameters()]
+
+    strict_losses, strict_params = train(False)
+    before = fused_stats()
+    fused_losses, fused_params = train(True)
+    assert fused_stats()["fused_runs"] > before["fused_runs"]
+    torch.testing.assert_close(fused_losses, strict_losses, atol=1e-5, rtol=1e-5)
+    for f, s in zip(fused_params, strict_params):
+        torch.testing.assert_close(f, s, atol=1e-5, rtol=1e-5)
+
+
+def test_random_ops_follow_the_generator(fused):
+    torch.tpu.manual_seed(7)
+    a = torch.rand(100, device=TPU)
+    b = F.dropout(torch.ones(100, device=TPU), 0.5)
+    torch.tpu.set_fused_eager(False)
+    torch.tpu.manual_seed(7)
+    a2 = torch.rand(100, device=TPU)
+    b2 = F.dropout(torch.ones(100, device=TPU), 0.5)
+    assert torch.equal(a.cpu(), a2.cpu()) and torch.equal(b.cpu(), b2.cpu())
+
+
+def test_data_dependent_sizes_and_reads(fused):
+    x = torch.tensor([0.0, 3.0, 0.0, -1.0, 2.0])
+    t = (x.to(TPU) * 2).relu()
+    nz = t.nonzero()
+    assert nz.cpu().flatten().tolist() == [1, 4]
+    assert t[t > 0].cpu().tolist() == [6.0, 4.0]
+    assert (t.max().item(), bool(t.any())) == (6.0, True)
+    assert repr(t.sum()).startswith("tensor(10.")
+
+
+def test_errors_raise_at_the_op(fused):
+    a, b = torch.randn(3, 4, device=TPU), torch.randn(5, 4, device=TPU)
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        a + b
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        a @ b
+    # The graph recorded before the errors still runs.
+    c = a * 2
+    torch.testing.assert_close(c.cpu(), a.cpu() * 2)
+
+
+def test_long_chains_are_cut():
+    x = torch.zeros(3).to(TPU)
+    before = fused_stats()
+    torch.tpu.set_fused_eager(True)
+    try:
+        for _ in range(1200):
+            x = x + 1
+    finally:
+        torch.tpu.set_fused_eager(False)
+    assert x.cpu().tolist() == [1200.0] * 3
+    # 512 ops a graph at most: three graphs, the first two of the same structure.
+    after = fused_stats()
+    assert after["graphs"] - before["graphs"] == 3
+    assert after["fused_runs"] - before["fused_runs"] == 1
+
+
+def test_intermediates_are_not_kept(fused):
+    # The fused program returns only what a tensor still holds: its peak is the strict one's
+    # at most.
+    x = torch.randn(256, 256, device=TPU)
+
+    def step():
+        y = x
+        for _ in range(6):
+            y = torch.sin(y) * 2
+        return y.sum().item()
+
+    def peak(on):
+        torch.tpu.set_fused_eager(on)
+        step()
+        torch.tpu.synchronize()
+        torch.tpu.reset_peak_memory_stats()
+        for _ in range(3):
+            step()
+        torch.tpu.synchronize()
+        return torch.tpu.max_memory_allocated()
+
+    strict, fused_peak = peak(False), peak(True)
+    assert fused_peak <= strict
+
+
+def test_switching_off_and_synchronize_run_the_graph(fused):
+    x = torch.ones(4, device=TPU) * 3
+    torch.tpu.synchronize()
+    before = fused_stats()["graphs"]
+    y = x + 1
+    torch.tpu.set_fused_eager(False)
+    assert fused_stats()["graphs"] == before + 1
+    assert y.cpu().tolist() == [4.0] * 4
