@@ -203,6 +203,16 @@ pub fn ready<R>(f: impl FnOnce(&mut Held) -> R) -> Result<R, Error> {
     Ok(f(held))
 }
 
+/// A cell's contents, computed: what fused eager mode recorded runs first only when the cell
+/// waits for it.
+pub fn stored_ready(cell: &Cell) -> Result<Option<Stored>, Error> {
+    let s = locked(|held| cell.get(held).clone());
+    if s.as_ref().is_some_and(|s| s.dev().is_none()) {
+        return ready(|held| cell.get(held).clone());
+    }
+    Ok(s)
+}
+
 /// Runs what fused eager mode recorded (synchronize, a switch of mode).
 pub fn flush_recorded() -> Result<(), Error> {
     ready(|_| ())

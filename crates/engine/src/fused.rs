@@ -47,6 +47,15 @@ fn max_ops() -> usize {
 /// once (a prompt's first step, a shape met once) is not worth a compile.
 const FUSE_AFTER: u32 = 2;
 
+/// Graphs cut by the size limit since the last read that may still be fused. A loop that
+/// reads nothing is cut every `max_ops` ops wherever its iterations are: the pieces drift
+/// along the iteration and each would be a new program. Pieces that follow a read (a
+/// step's `loss.item()`) start at the same op each time.
+const FUSED_PIECES_AFTER_A_READ: u32 = 8;
+
+/// Fused programs kept (least recently used out): each holds a compiled executable.
+const MAX_PROGRAMS: usize = 64;
+
 /// An op's program input in a graph.
 pub enum Input {
     /// A computed buffer (a cell's, when the op was recorded).
@@ -91,7 +100,8 @@ impl Graph {
 enum Program {
     /// Runs op by op so far: how many times.
     Seen(u32),
-    Fused(Arc<pjrt::LoadedExecutable>),
+    /// The program and the flush count of its last use.
+    Fused(Arc<pjrt::LoadedExecutable>, u64),
     /// Could not be composed or compiled: always op by op.
     Never,
 }
@@ -110,6 +120,8 @@ pub struct FusedStats {
 pub struct Fused {
     graph: Option<Graph>,
     generation: u64,
+    /// Graphs cut by the size limit since the last other flush (a read, a synchronize, ...).
+    pieces: u32,
     programs: HashMap<Vec<u64>, Program>,
     pub stats: FusedStats,
 }
@@ -123,7 +135,8 @@ impl Fused {
     /// one, runs first.
     pub fn graph(&mut self, device: i32) -> Result<&mut Graph, Error> {
         if self.graph.as_ref().is_some_and(|g| g.device != device || g.ops.len() >= max_ops()) {
-            self.flush()?;
+            let by_size = self.graph.as_ref().is_some_and(|g| g.device == device);
+            self.run(by_size)?;
         }
         if self.graph.is_none() {
             self.generation += 1;
@@ -139,11 +152,27 @@ impl Fused {
 
     /// Runs the recorded graph, if any: as its fused program where its structure has one.
     pub fn flush(&mut self) -> Result<(), Error> {
+        self.run(false)
+    }
+
+    /// Runs the recorded graph; `by_size`: it was cut by the size limit.
+    fn run(&mut self, by_size: bool) -> Result<(), Error> {
         let Some(g) = self.graph.take() else { return Ok(()) };
         self.stats.graphs += 1;
+        let piece = self.pieces;
+        self.pieces = if by_size { piece + 1 } else { 0 };
         // A result is kept where a cell still holds it (the graph holds one reference).
         let live: Vec<Vec<bool>> = g.ops.iter().map(|op| op.outs.iter().map(|(p, ..)| Arc::strong_count(p) > 1).collect()).collect();
-        let plan = Plan::new(&g, &live);
+        if piece >= FUSED_PIECES_AFTER_A_READ {
+            return run_op_by_op(&g, &live);
+        }
+        let mut plan = Plan::new(&g, &live);
+        plan.key.push(piece as u64);
+        if self.programs.len() > 16 * MAX_PROGRAMS {
+            // Structures seen once and never again: forget them.
+            self.programs.retain(|_, p| !matches!(p, Program::Seen(_)));
+        }
+        let now = self.stats.graphs;
         let state = self.programs.entry(plan.key.clone()).or_insert(Program::Seen(0));
         if let Program::Seen(n) = state {
             *n += 1;
@@ -151,19 +180,31 @@ impl Fused {
                 *state = match compose(&g, &live, &plan).and_then(|text| runtime().ok()?.compile("torchtpu::fused", &text, Tiering::Largest).ok()) {
                     Some(exe) => {
                         self.stats.programs += 1;
-                        Program::Fused(exe)
+                        Program::Fused(exe, now)
                     }
                     None => Program::Never,
                 };
             }
         }
-        match state {
-            Program::Fused(exe) => {
-                let exe = exe.clone();
-                self.stats.fused_runs += 1;
-                run_fused(&g, &live, &plan, &exe)
+        let exe = match state {
+            Program::Fused(exe, used) => {
+                *used = now;
+                exe.clone()
             }
-            _ => run_op_by_op(&g, &live),
+            _ => return run_op_by_op(&g, &live),
+        };
+        self.stats.fused_runs += 1;
+        self.bound_programs();
+        run_fused(&g, &live, &plan, &exe)
+    }
+
+    /// Drops the least recently used fused program past `MAX_PROGRAMS` (back to op by op
+    /// until it is compiled again).
+    fn bound_programs(&mut self) {
+        let fused: Vec<(&Vec<u64>, u64)> = self.programs.iter().filter_map(|(k, p)| if let Program::Fused(_, used) = p { Some((k, *used)) } else { None }).collect();
+        if fused.len() > MAX_PROGRAMS {
+            let oldest = fused.iter().min_by_key(|f| f.1).map(|f| f.0.clone()).unwrap();
+            self.programs.remove(&oldest);
         }
     }
 }

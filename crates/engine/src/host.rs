@@ -37,7 +37,8 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
     checks::raise_pending()?;
     let cell = unsafe { &*(t.cell as *const Cell) };
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
-    let direct = dispatch::ready(|held| match cell.get(held) {
+    let stored = dispatch::stored_ready(cell)?;
+    let direct = match &stored {
         None => Some(None),
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {
             Some(Some((s.clone(), 0)))
@@ -47,7 +48,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             Some(Some((s.clone(), g.offset as usize)))
         }
         Some(_) => None,
-    })?;
+    };
     match direct {
         Some(None) => {
             dst.fill(0);
@@ -63,7 +64,7 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             };
             let Some(Produced::Tensor { cell, .. }) = produced.into_iter().next() else { unreachable!() };
             let owned = unsafe { Box::from_raw(cell) };
-            let s = dispatch::ready(|held| owned.get(held).clone())?;
+            let s = dispatch::stored_ready(&owned)?;
             read_run(&s.expect("clone produced a buffer"), 0, dst)
         }
     }
@@ -119,7 +120,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
 
 /// The whole cell's contents as bytes (zeros when never written).
 pub fn cell_bytes(cell: &Cell) -> Result<(Option<(DType, Vec<i64>)>, Vec<u8>), Error> {
-    let stored = dispatch::ready(|held| cell.get(held).clone())?;
+    let stored = dispatch::stored_ready(cell)?;
     let mut bytes = vec![0u8; cell.nbytes() as usize];
     match stored {
         None => Ok((None, bytes)),

@@ -62,8 +62,13 @@ fn init() -> PyResult<()> {
 /// Waits for every queued computation (torch.tpu.synchronize).
 #[pyfunction]
 fn synchronize() -> PyResult<()> {
-    engine::dispatch::flush_recorded().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))?;
+    flush_recorded()?;
     engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
+}
+
+/// Runs what fused eager mode recorded.
+fn flush_recorded() -> PyResult<()> {
+    engine::dispatch::flush_recorded().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
 fn pjrt_error(e: pjrt::Error) -> PyErr {
@@ -79,20 +84,24 @@ fn stat_tuple(s: engine::memory::Stat) -> StatTuple {
 /// A device's memory statistics: (buffers, bytes, reserved bytes), each as (current, peak,
 /// allocated, freed).
 #[pyfunction]
-fn memory_stats(device: i32) -> (StatTuple, StatTuple, StatTuple) {
+fn memory_stats(device: i32) -> PyResult<(StatTuple, StatTuple, StatTuple)> {
+    // What fused eager mode recorded runs first, so that its buffers count.
+    flush_recorded()?;
     let (buffers, bytes) = engine::memory::stats(device);
-    (stat_tuple(buffers), stat_tuple(bytes), stat_tuple(engine::memory::reserved(device)))
+    Ok((stat_tuple(buffers), stat_tuple(bytes), stat_tuple(engine::memory::reserved(device))))
 }
 
 /// Starts new peaks and/or zeroes the allocated and freed totals of a device.
 #[pyfunction]
-fn memory_reset(device: i32, peak: bool, accumulated: bool) {
+fn memory_reset(device: i32, peak: bool, accumulated: bool) -> PyResult<()> {
+    flush_recorded()?;
     if peak {
         engine::memory::reset_peak(device);
     }
     if accumulated {
         engine::memory::reset_accumulated(device);
     }
+    Ok(())
 }
 
 /// The plugin's named facts about a device ("core_count", "compute_capability", ...).
@@ -116,6 +125,7 @@ fn device_attributes(py: Python<'_>, device: i32) -> PyResult<Bound<'_, PyDict>>
 /// (free bytes, total bytes) of a device's memory.
 #[pyfunction]
 fn memory_info(device: i32) -> PyResult<(i64, i64)> {
+    flush_recorded()?;
     engine::memory::info(device).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
@@ -185,8 +195,9 @@ fn get_rng(device: i32) -> (u64, u64) {
 }
 
 #[pyfunction]
-fn live_buffers() -> i64 {
-    engine::memory::live_buffers()
+fn live_buffers() -> PyResult<i64> {
+    flush_recorded()?;
+    Ok(engine::memory::live_buffers())
 }
 
 #[pyfunction]
