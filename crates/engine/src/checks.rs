@@ -14,13 +14,14 @@
 //! the persistent executable cache) is the same in every process; the process's table of ids
 //! is filled as programs are built.
 use crate::abi::TtArg;
+use crate::cell::DevBuf;
 use crate::error::Error;
 use crate::runtime::runtime;
 use crate::values::element_type;
 use lowerings::{DType, ErrorKind, TorchError};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What a failure id stands for.
 #[derive(Debug)]
@@ -186,18 +187,29 @@ impl Drop for Acc {
     }
 }
 
+/// The accumulators of fused eager graphs that ran (fused.rs: a graph's checked ops update
+/// an accumulator of its own), checked after the devices' own.
+static GRAPH_ACCS: Mutex<Vec<Arc<DevBuf>>> = Mutex::new(Vec::new());
+
+/// Keeps a fused eager graph's accumulator until the next synchronization.
+pub fn keep_graph_acc(acc: Arc<DevBuf>) {
+    GRAPH_ACCS.lock().unwrap_or_else(|e| e.into_inner()).push(acc);
+    ANY.store(true, Ordering::Release);
+}
+
 /// Reads every device's accumulator (waiting for the programs that update it) and resets
 /// it; the first failure is returned as its error.
 pub fn raise_pending() -> Result<(), Error> {
     if !ANY.load(Ordering::Acquire) {
         return Ok(());
     }
-    let accs: Vec<pjrt::Buffer> = {
+    let (accs, graph_accs): (Vec<pjrt::Buffer>, Vec<Arc<DevBuf>>) = {
         let mut g = ACC.lock().unwrap_or_else(|e| e.into_inner());
         ANY.store(false, Ordering::Release);
-        g.iter_mut().filter_map(Option::take).collect()
+        let graphs = std::mem::take(&mut *GRAPH_ACCS.lock().unwrap_or_else(|e| e.into_inner()));
+        (g.iter_mut().filter_map(Option::take).collect(), graphs)
     };
-    for buf in accs {
+    for buf in accs.iter().chain(graph_accs.iter().map(|b| &b.buf)) {
         let mut bytes = [0u8; 24];
         buf.to_host(&mut bytes)?;
         let word = |j: usize| i64::from_le_bytes(bytes[j * 8..j * 8 + 8].try_into().unwrap());

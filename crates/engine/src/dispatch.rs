@@ -75,6 +75,10 @@ struct Entry {
     id: u64,
     /// The program's text (fused.rs composes graphs of it); None for a user's module.
     text: Option<Arc<str>>,
+    /// Per result, its bytes where the program returns a constant integer scalar (a number
+    /// return such as attention's max_q): fused eager mode gives it as a computed tensor, so
+    /// that the shim's read of the number does not run the recorded graph.
+    constants: Vec<Option<[u8; 8]>>,
     feeds: Vec<Feed>,
     results: Vec<OutSpec>,
     returns: Vec<RetSpec>,
@@ -194,11 +198,11 @@ pub fn locked<R>(f: impl FnOnce(&mut Held) -> R) -> R {
 
 /// Like `locked`, after running what fused eager mode recorded: every cell's buffer is then
 /// computed (`Stored::dev`), except those of ops that failed.
-pub fn ready<R>(f: impl FnOnce(&mut Held) -> R) -> Result<R, Error> {
+pub fn ready<R>(why: &str, f: impl FnOnce(&mut Held) -> R) -> Result<R, Error> {
     let mut guard = ENGINE.lock();
     let (engine, held) = guard.split();
     if let Some(e) = engine.as_mut() {
-        e.fused.flush()?;
+        e.fused.flush(why)?;
     }
     Ok(f(held))
 }
@@ -208,21 +212,21 @@ pub fn ready<R>(f: impl FnOnce(&mut Held) -> R) -> Result<R, Error> {
 pub fn stored_ready(cell: &Cell) -> Result<Option<Stored>, Error> {
     let s = locked(|held| cell.get(held).clone());
     if s.as_ref().is_some_and(|s| s.dev().is_none()) {
-        return ready(|held| cell.get(held).clone());
+        return ready("read", |held| cell.get(held).clone());
     }
     Ok(s)
 }
 
-/// Runs what fused eager mode recorded (synchronize, a switch of mode).
-pub fn flush_recorded() -> Result<(), Error> {
-    ready(|_| ())
+/// Runs what fused eager mode recorded (a read, synchronize, a switch of mode: `why`).
+pub fn flush_recorded(why: &str) -> Result<(), Error> {
+    ready(why, |_| ())
 }
 
 /// Turns fused eager mode on or off (off: what was recorded runs first).
 pub fn set_fused_eager(on: bool) -> Result<(), Error> {
     if !on {
         fused::set_enabled(false);
-        return flush_recorded();
+        return flush_recorded("fused eager turned off");
     }
     fused::set_enabled(true);
     Ok(())
@@ -482,7 +486,7 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     let size = match lowering.size {
         None => None,
         Some(size_fn) => {
-            engine.fused.flush()?;
+            engine.fused.flush(&format!("data-dependent size ({})", info.base))?;
             let mut key = scan.key.clone();
             key.push(SIZE_PROGRAM);
             let entry = match lookup(engine, held, &key, &info, size_fn, lowering.specialize_floats, args, &scan, Sizing::Program)? {
@@ -501,11 +505,10 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
         Looked::Resize(i, dims) => return Ok(CallResult::Resize(i, dims)),
     };
     engine.stats.executions += 1;
-    // Programs with device checks update the device's check accumulator: they run now.
-    if fused::enabled() && !entry.checks {
+    if fused::enabled() {
         return record(engine, &info, &entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done);
     }
-    engine.fused.flush()?;
+    engine.fused.flush("fused eager turned off")?;
     run(&entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done)
 }
 
@@ -968,11 +971,49 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let module_override = b.cx.module_override.take();
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
     let kept = module_override.is_none().then(|| Arc::from(text.as_str()));
+    let constants = constant_scalars(&text, o.specs.len());
     let exe = match module_override {
         Some(module) => compile_module(info, &module)?,
         None => compile_program(info, text, tiering)?,
     };
-    Ok(Built::Entry(Entry { exe, id: entry_id(), text: kept, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+    Ok(Built::Entry(Entry { exe, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+}
+
+/// For each of a program's first `n` results, its little-endian bytes where it is a constant
+/// 0-d i64 or i32 (`%v = "stablehlo.constant"() {value = dense<N> : tensor<i64>}`, maybe
+/// through 0-d broadcasts).
+fn constant_scalars(text: &str, n: usize) -> Vec<Option<[u8; 8]>> {
+    let Some(ret) = text.lines().find(|l| l.trim_start().starts_with("\"func.return\"(")) else { return vec![None; n] };
+    let names = ret.split_once('(').and_then(|(_, r)| r.split_once(')')).map_or("", |(names, _)| names);
+    let definition = |name: &str| {
+        let def = format!("{name} = ");
+        text.lines().map(str::trim_start).find(|l| l.starts_with(&def)).map(|l| &l[def.len()..])
+    };
+    names
+        .split(", ")
+        .take(n)
+        .map(|name| {
+            let mut line = definition(name)?;
+            for _ in 0..4 {
+                let Some(src) = line.strip_prefix("\"stablehlo.broadcast_in_dim\"(") else { break };
+                let (src, rest) = src.split_once(')')?;
+                if !rest.ends_with(": (tensor<i64>) -> tensor<i64>") && !rest.ends_with(": (tensor<i32>) -> tensor<i32>") {
+                    return None;
+                }
+                line = definition(src)?;
+            }
+            let lit = line.strip_prefix("\"stablehlo.constant\"() {value = dense<")?;
+            let (lit, ty) = lit.split_once("> : tensor<")?;
+            let x: i64 = lit.parse().ok()?;
+            match ty.split('>').next()? {
+                "i64" => Some(x.to_le_bytes()),
+                "i32" => Some((x as i64).to_le_bytes()),
+                _ => None,
+            }
+        })
+        .chain(std::iter::repeat(None))
+        .take(n)
+        .collect()
 }
 
 enum Dry {
@@ -1035,8 +1076,9 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
     let class = buckets::size_class(args, dims.iter().map(Vec::as_slice));
     let kept = Some(Arc::from(text.as_str()));
+    let constants = constant_scalars(&text, o.specs.len());
     let exe = compile_program(info, text, Tiering::Class(class))?;
-    Ok(Some(Entry { exe, id: entry_id(), text: kept, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
+    Ok(Some(Entry { exe, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }
 
 impl Builder<'_> {
@@ -1396,6 +1438,11 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
                     (Buf::Ready(_), None) => unreachable!("a ready buffer is computed"),
                 }
             }
+            // The graph's own check accumulator: the last checked op's, or zeros.
+            Feed::CheckAcc => match &graph.acc {
+                Some(p) => graph.input_of(p).expect("a graph's accumulator is its own result"),
+                None => fused::Input::Owned(upload(runtime()?, &[0u8; 24], DType::I64, &[3], device)?),
+            },
             _ => fused::Input::Owned(upload_feed(f, bucket, false, args, scan)?.expect("a recorded call's feeds are cells or uploads")),
         };
         inputs.push(input);
@@ -1412,6 +1459,13 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
             OutSpec::New { .. } => {
                 let shown = bucket.map_or(&dims, |s| &s.dims[i]).clone();
                 let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
+                let stored = match entry.constants.get(i).copied().flatten() {
+                    Some(bytes) => {
+                        let n = dtype.size();
+                        Stored::ready(DevBuf::new(upload(runtime()?, &bytes[..n], dtype, &[], device)?, n as i64, device), dtype, dims.clone())
+                    }
+                    None => stored,
+                };
                 made.push(Some(Produced::Tensor { cell: Cell::new(nbytes, device, Some(stored)), dtype, dims: shown }));
             }
             OutSpec::Base { slot, .. } => {
@@ -1421,6 +1475,12 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
             }
         }
         outs.push((pending, dtype, dims));
+    }
+    if entry.checks {
+        // Its updated accumulator, the program's last result.
+        let acc = graph.pending(outs.len());
+        graph.acc = Some(acc.clone());
+        outs.push((acc, DType::I64, vec![3]));
     }
     engine.fused.push(fused::Op { name: info.base.clone(), exe: entry.exe.clone(), id: entry.id, text: entry.text.clone(), inputs, outs });
     Ok(returns_of(entry, made))

@@ -83,6 +83,10 @@ pub struct Graph {
     pub generation: u64,
     pub device: i32,
     ops: Vec<Op>,
+    /// The graph's check accumulator: the last result of its last op with device checks
+    /// (checks.rs). The graph holds it, so it is kept and, after the run, checked at the
+    /// next synchronization.
+    pub acc: Option<Arc<PendingOut>>,
 }
 
 impl Graph {
@@ -108,6 +112,8 @@ enum Program {
 
 #[derive(Default, Clone, Debug)]
 pub struct FusedStats {
+    /// Why graphs were run: "read", "synchronize", "size limit", a size program's op, ...
+    pub cuts: std::collections::BTreeMap<String, u64>,
     /// Graphs run, and how many of them as one fused program.
     pub graphs: u64,
     pub fused_runs: u64,
@@ -127,20 +133,17 @@ pub struct Fused {
 }
 
 impl Fused {
-    pub fn has_pending(&self) -> bool {
-        self.graph.is_some()
-    }
-
     /// The graph to record a call on `device` into: a graph of another device, or a full
     /// one, runs first.
     pub fn graph(&mut self, device: i32) -> Result<&mut Graph, Error> {
         if self.graph.as_ref().is_some_and(|g| g.device != device || g.ops.len() >= max_ops()) {
             let by_size = self.graph.as_ref().is_some_and(|g| g.device == device);
+            *self.stats.cuts.entry((if by_size { "size limit" } else { "another device" }).to_string()).or_insert(0) += 1;
             self.run(by_size)?;
         }
         if self.graph.is_none() {
             self.generation += 1;
-            self.graph = Some(Graph { generation: self.generation, device, ops: Vec::new() });
+            self.graph = Some(Graph { generation: self.generation, device, ops: Vec::new(), acc: None });
         }
         Ok(self.graph.as_mut().unwrap())
     }
@@ -150,8 +153,12 @@ impl Fused {
         self.graph.as_mut().expect("a graph is open").ops.push(op);
     }
 
-    /// Runs the recorded graph, if any: as its fused program where its structure has one.
-    pub fn flush(&mut self) -> Result<(), Error> {
+    /// Runs the recorded graph, if any, as its fused program where its structure has one;
+    /// `why` is counted in the statistics.
+    pub fn flush(&mut self, why: &str) -> Result<(), Error> {
+        if self.graph.is_some() {
+            *self.stats.cuts.entry(why.to_string()).or_insert(0) += 1;
+        }
         self.run(false)
     }
 
@@ -163,10 +170,19 @@ impl Fused {
         self.pieces = if by_size { piece + 1 } else { 0 };
         // A result is kept where a cell still holds it (the graph holds one reference).
         let live: Vec<Vec<bool>> = g.ops.iter().map(|op| op.outs.iter().map(|(p, ..)| Arc::strong_count(p) > 1).collect()).collect();
-        if piece >= FUSED_PIECES_AFTER_A_READ {
-            return run_op_by_op(&g, &live);
+        let done = self.run_graph(&g, &live, piece);
+        if let Some(acc) = g.acc.as_ref().and_then(|a| a.done.get()) {
+            crate::checks::keep_graph_acc(acc.clone());
         }
-        let mut plan = Plan::new(&g, &live);
+        done
+    }
+
+    /// Runs a graph, the `piece`-th cut by the size limit since a read.
+    fn run_graph(&mut self, g: &Graph, live: &[Vec<bool>], piece: u32) -> Result<(), Error> {
+        if piece >= FUSED_PIECES_AFTER_A_READ {
+            return run_op_by_op(g, live);
+        }
+        let mut plan = Plan::new(g, live);
         plan.key.push(piece as u64);
         if self.programs.len() > 16 * MAX_PROGRAMS {
             // Structures seen once and never again: forget them.
@@ -177,7 +193,7 @@ impl Fused {
         if let Program::Seen(n) = state {
             *n += 1;
             if *n >= FUSE_AFTER {
-                *state = match compose(&g, &live, &plan).and_then(|text| runtime().ok()?.compile("torchtpu::fused", &text, Tiering::Largest).ok()) {
+                *state = match compose(g, live, &plan).and_then(|text| runtime().ok()?.compile("torchtpu::fused", &text, Tiering::Largest).ok()) {
                     Some(exe) => {
                         self.stats.programs += 1;
                         Program::Fused(exe, now)
@@ -191,11 +207,11 @@ impl Fused {
                 *used = now;
                 exe.clone()
             }
-            _ => return run_op_by_op(&g, &live),
+            _ => return run_op_by_op(g, live),
         };
         self.stats.fused_runs += 1;
         self.bound_programs();
-        run_fused(&g, &live, &plan, &exe)
+        run_fused(g, live, &plan, &exe)
     }
 
     /// Drops the least recently used fused program past `MAX_PROGRAMS` (back to op by op

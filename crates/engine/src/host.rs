@@ -34,10 +34,11 @@ fn none_arg() -> TtArg {
 /// Reads the view `t` into `dst` (dense row-major bytes of its dtype). A synchronization: a
 /// failed check of an earlier op raises here first.
 pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
-    checks::raise_pending()?;
     let cell = unsafe { &*(t.cell as *const Cell) };
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
+    // A cell that waits for recorded ops runs them first: their device checks raise here too.
     let stored = dispatch::stored_ready(cell)?;
+    checks::raise_pending()?;
     let direct = match &stored {
         None => Some(None),
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {

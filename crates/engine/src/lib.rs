@@ -5,10 +5,10 @@
 //! Modules form layers; a module uses only modules of lower layers (no cycles):
 //!
 //! ```text
-//! 4  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
-//! 3  dispatch   running one aten call; the engine lock         uses fused, checks, cell, lock, view, buckets, runtime, values, error, abi
-//! 2  fused      fused eager mode: recorded graphs, run fused   uses cell, runtime, error
-//!    checks     data-dependent checks (host, device)           uses runtime, values, error, abi
+//! 5  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
+//! 4  dispatch   running one aten call; the engine lock         uses fused, checks, cell, lock, view, buckets, runtime, values, error, abi
+//! 3  fused      fused eager mode: recorded graphs, run fused   uses checks, cell, runtime, error
+//! 2  checks     data-dependent checks (host, device)           uses cell, runtime, values, error, abi
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error

@@ -223,7 +223,7 @@ pub extern "C" fn tt_memory_stats(device: i32, out: *mut TtMemoryStats) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // What fused eager mode recorded runs first: its buffers count (a failure of it
         // raises at the next read of its results).
-        let _ = engine::dispatch::flush_recorded();
+        let _ = engine::dispatch::flush_recorded("memory statistics");
         let (buffers, bytes) = engine::memory::stats(device);
         let reserved = engine::memory::reserved(device);
         unsafe { *out = TtMemoryStats { buffers: tt_stat(buffers), bytes: tt_stat(bytes), reserved: tt_stat(reserved) } };
@@ -232,7 +232,7 @@ pub extern "C" fn tt_memory_stats(device: i32, out: *mut TtMemoryStats) {
 
 #[no_mangle]
 pub extern "C" fn tt_memory_reset(device: i32, peak: bool, accumulated: bool) {
-    let _ = engine::dispatch::flush_recorded();
+    let _ = engine::dispatch::flush_recorded("memory statistics");
     if peak {
         engine::memory::reset_peak(device);
     }
@@ -244,7 +244,7 @@ pub extern "C" fn tt_memory_reset(device: i32, peak: bool, accumulated: bool) {
 #[no_mangle]
 pub extern "C" fn tt_memory_info(device: i32, free_bytes: *mut i64, total_bytes: *mut i64) -> *const TtResult {
     respond(|| {
-        engine::dispatch::flush_recorded()?;
+        engine::dispatch::flush_recorded("memory statistics")?;
         let (free, total) = engine::memory::info(device)?;
         unsafe {
             *free_bytes = free;
@@ -268,7 +268,7 @@ pub extern "C" fn tt_is_initialized() -> bool {
 pub extern "C" fn tt_synchronize(_device: i32) {
     // Reads wait for their producers; what fused eager mode recorded is started here (a
     // failure of it raises at the next read of its results).
-    let _ = engine::dispatch::flush_recorded();
+    let _ = engine::dispatch::flush_recorded("synchronize");
 }
 
 /// The aten ops the shim must route to the fallback explicitly (declared `.routed(...)`):

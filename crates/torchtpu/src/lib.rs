@@ -62,13 +62,13 @@ fn init() -> PyResult<()> {
 /// Waits for every queued computation (torch.tpu.synchronize).
 #[pyfunction]
 fn synchronize() -> PyResult<()> {
-    flush_recorded()?;
+    flush_recorded("synchronize")?;
     engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
 }
 
 /// Runs what fused eager mode recorded.
-fn flush_recorded() -> PyResult<()> {
-    engine::dispatch::flush_recorded().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+fn flush_recorded(why: &str) -> PyResult<()> {
+    engine::dispatch::flush_recorded(why).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
 fn pjrt_error(e: pjrt::Error) -> PyErr {
@@ -86,7 +86,7 @@ fn stat_tuple(s: engine::memory::Stat) -> StatTuple {
 #[pyfunction]
 fn memory_stats(device: i32) -> PyResult<(StatTuple, StatTuple, StatTuple)> {
     // What fused eager mode recorded runs first, so that its buffers count.
-    flush_recorded()?;
+    flush_recorded("memory statistics")?;
     let (buffers, bytes) = engine::memory::stats(device);
     Ok((stat_tuple(buffers), stat_tuple(bytes), stat_tuple(engine::memory::reserved(device))))
 }
@@ -94,7 +94,7 @@ fn memory_stats(device: i32) -> PyResult<(StatTuple, StatTuple, StatTuple)> {
 /// Starts new peaks and/or zeroes the allocated and freed totals of a device.
 #[pyfunction]
 fn memory_reset(device: i32, peak: bool, accumulated: bool) -> PyResult<()> {
-    flush_recorded()?;
+    flush_recorded("memory statistics")?;
     if peak {
         engine::memory::reset_peak(device);
     }
@@ -125,7 +125,7 @@ fn device_attributes(py: Python<'_>, device: i32) -> PyResult<Bound<'_, PyDict>>
 /// (free bytes, total bytes) of a device's memory.
 #[pyfunction]
 fn memory_info(device: i32) -> PyResult<(i64, i64)> {
-    flush_recorded()?;
+    flush_recorded("memory statistics")?;
     engine::memory::info(device).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
@@ -196,7 +196,7 @@ fn get_rng(device: i32) -> (u64, u64) {
 
 #[pyfunction]
 fn live_buffers() -> PyResult<i64> {
-    flush_recorded()?;
+    flush_recorded("memory statistics")?;
     Ok(engine::memory::live_buffers())
 }
 
@@ -243,6 +243,11 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     fused.set_item("fused_runs", f.fused_runs)?;
     fused.set_item("ops", f.ops)?;
     fused.set_item("programs", f.programs)?;
+    let cuts = PyDict::new(py);
+    for (why, n) in f.cuts {
+        cuts.set_item(why, n)?;
+    }
+    fused.set_item("cuts", cuts)?;
     d.set_item("fused", fused)?;
     Ok(d)
 }
