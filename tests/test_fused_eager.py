@@ -197,3 +197,18 @@ def test_switching_off_and_synchronize_run_the_graph(fused):
     torch.tpu.set_fused_eager(False)
     assert fused_stats()["graphs"] == before + 1
     assert y.cpu().tolist() == [4.0] * 4
+
+
+def test_device_check_failures_raise_at_the_next_read(fused):
+    x = torch.randn(5)
+    with pytest.raises(IndexError) as cpu:
+        x[torch.tensor([1, 7])]
+    t = x.to(TPU)
+    bad = t[torch.tensor([1, 7], device=TPU)] * 2  # recorded: no error at the call
+    other = t + 1
+    with pytest.raises(IndexError) as got:
+        other.cpu()  # any read raises it, as in strict eager
+    assert str(got.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+    assert "from an earlier op (index" in str(got.value)  # the op is named
+    torch.testing.assert_close((t * 0).cpu(), torch.zeros(5))  # reported once
+    del bad

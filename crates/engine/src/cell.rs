@@ -139,6 +139,9 @@ pub struct Stored {
     pub buf: Buf,
     pub dtype: DType,
     pub dims: Vec<i64>,
+    /// A constant a recorded op returned (dispatch.rs: `Entry::constants`): reading it is no
+    /// synchronization.
+    pub constant: bool,
 }
 
 /// A cell's buffer: computed (or being computed: PJRT runs programs asynchronously), or the
@@ -160,7 +163,7 @@ pub struct PendingOut {
 
 impl Stored {
     pub fn ready(buf: Arc<DevBuf>, dtype: DType, dims: Vec<i64>) -> Stored {
-        Stored { buf: Buf::Ready(buf), dtype, dims }
+        Stored { buf: Buf::Ready(buf), dtype, dims, constant: false }
     }
 
     /// The device buffer, once computed (None: its recorded op has not run; see

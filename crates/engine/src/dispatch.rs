@@ -217,6 +217,16 @@ pub fn stored_ready(cell: &Cell) -> Result<Option<Stored>, Error> {
     Ok(s)
 }
 
+/// Runs what fused eager mode recorded if it holds ops with device checks: a read raises
+/// their failures, as in strict eager.
+pub fn flush_checked() -> Result<(), Error> {
+    let mut guard = ENGINE.lock();
+    match guard.data().as_mut() {
+        Some(e) if e.fused.has_checks() => e.fused.flush("read (device checks)"),
+        _ => Ok(()),
+    }
+}
+
 /// Runs what fused eager mode recorded (a read, synchronize, a switch of mode: `why`).
 pub fn flush_recorded(why: &str) -> Result<(), Error> {
     ready(why, |_| ())
@@ -1454,7 +1464,7 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
         let (dtype, dims) = match spec {
             OutSpec::New { dtype, dims } | OutSpec::Base { dtype, dims, .. } => (*dtype, dims.clone()),
         };
-        let stored = Stored { buf: Buf::Pending(pending.clone()), dtype, dims: dims.clone() };
+        let stored = Stored { buf: Buf::Pending(pending.clone()), dtype, dims: dims.clone(), constant: false };
         match spec {
             OutSpec::New { .. } => {
                 let shown = bucket.map_or(&dims, |s| &s.dims[i]).clone();
@@ -1462,7 +1472,8 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
                 let stored = match entry.constants.get(i).copied().flatten() {
                     Some(bytes) => {
                         let n = dtype.size();
-                        Stored::ready(DevBuf::new(upload(runtime()?, &bytes[..n], dtype, &[], device)?, n as i64, device), dtype, dims.clone())
+                        let buf = DevBuf::new(upload(runtime()?, &bytes[..n], dtype, &[], device)?, n as i64, device);
+                        Stored { constant: true, ..Stored::ready(buf, dtype, dims.clone()) }
                     }
                     None => stored,
                 };

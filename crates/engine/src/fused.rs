@@ -133,6 +133,11 @@ pub struct Fused {
 }
 
 impl Fused {
+    /// Whether the recorded graph holds ops with device checks.
+    pub fn has_checks(&self) -> bool {
+        self.graph.as_ref().is_some_and(|g| g.acc.is_some())
+    }
+
     /// The graph to record a call on `device` into: a graph of another device, or a full
     /// one, runs first.
     pub fn graph(&mut self, device: i32) -> Result<&mut Graph, Error> {

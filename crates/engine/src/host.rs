@@ -36,9 +36,14 @@ fn none_arg() -> TtArg {
 pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
     let cell = unsafe { &*(t.cell as *const Cell) };
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
-    // A cell that waits for recorded ops runs them first: their device checks raise here too.
+    // A cell that waits for recorded ops runs them first, and so does any read while recorded
+    // ops have device checks: their failures raise here, as in strict eager. (Not the read
+    // of a constant number a recorded op returned: that is part of the op's call.)
     let stored = dispatch::stored_ready(cell)?;
-    checks::raise_pending()?;
+    if !stored.as_ref().is_some_and(|s| s.constant) {
+        dispatch::flush_checked()?;
+        checks::raise_pending()?;
+    }
     let direct = match &stored {
         None => Some(None),
         Some(s) if s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()) => {
