@@ -37,8 +37,8 @@ def test_repeated_graph_runs_fused_with_strict_values(fused):
             torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
     after = fused_stats()
     assert after["graphs"] - before["graphs"] >= 4
-    # The first run is op by op; from the second on the graph is one fused program.
-    assert after["fused_runs"] - before["fused_runs"] >= 3
+    # The first two runs are op by op; from the third on the graph is one fused program.
+    assert after["fused_runs"] - before["fused_runs"] >= 2
     assert torch.tpu.is_fused_eager()
 
 
@@ -142,7 +142,7 @@ def test_long_chains_are_cut():
     torch.tpu.set_fused_eager(True)
     try:
         # 600 ops and a read per step: cut at 512 ops and at the read, the same pieces each
-        # step, which run fused once they have come twice. (Checked over the last two steps:
+        # step, which run fused once they have come three times. (Checked over the last two steps:
         # where `x + 1` runs on a bucketed program, its 1000th call compiles its own program
         # and the step's structure changes once.)
         for step in range(5):

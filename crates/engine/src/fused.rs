@@ -1,12 +1,11 @@
 //! Fused eager mode (opt-in: `TORCHTPU_FUSED_EAGER=1` or `torch.tpu.set_fused_eager(True)`).
 //! Calls are looked up (lowered and compiled) as in strict eager, so they raise the same
 //! errors at the same call, but not run: they are recorded into the process's graph, and their
-//! results are pending cells. The graph runs when a value is needed (a read to the host, a
-//! call that cannot be recorded, synchronize, the size limit). A graph seen for the first time
-//! runs op by op, each op with its own program, as strict eager would; a graph whose structure
-//! comes again (a training step, a decode step) is compiled once as one program, the ops'
-//! programs as functions of one module that XLA inlines and fuses, and runs as that from then
-//! on. The fused program returns only the results a tensor still holds, so intermediates that
+//! results are pending cells. The graph runs when a value is needed (a read to the host,
+//! synchronize, a data-dependent size, the size limit). A graph's first runs are op by op,
+//! each op with its own program, as strict eager would; a graph whose structure keeps coming
+//! (a training step, a decode step) is compiled once as one program, the ops' programs as
+//! functions of one module that XLA inlines and fuses, and runs as that from then on. The fused program returns only the results a tensor still holds, so intermediates that
 //! PyTorch has freed are never kept.
 use crate::cell::{DevBuf, PendingOut};
 use crate::error::Error;
@@ -43,9 +42,11 @@ fn max_ops() -> usize {
     *MAX.get_or_init(|| std::env::var("TORCHTPU_FUSED_MAX_OPS").ok().and_then(|v| v.trim().parse().ok()).filter(|&n| n > 0).unwrap_or(512))
 }
 
-/// Runs of a graph structure op by op before it is compiled as one program: a structure seen
-/// once (a prompt's first step, a shape met once) is not worth a compile.
-const FUSE_AFTER: u32 = 2;
+/// Runs of a graph structure, op by op, after which it is compiled as one program: a structure
+/// seen once (a prompt's first step, a shape met once) is not worth a compile, nor one seen
+/// twice while a training loop's first steps still change (AdamW's first step creates its
+/// state; bucketed programs give way to exact ones after `buckets::PROMOTE_AFTER` calls).
+const FUSE_AFTER: u32 = 3;
 
 /// Graphs cut by the size limit since the last read that may still be fused. A loop that
 /// reads nothing is cut every `max_ops` ops wherever its iterations are: the pieces drift
