@@ -246,7 +246,6 @@ pub fn fused_stats() -> fused::FusedStats {
     with_engine(|e| e.fused.stats.clone())
 }
 
-
 /// The next entry's id.
 fn entry_id() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -518,6 +517,7 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     if fused::enabled() {
         return record(engine, &info, &entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done);
     }
+    // (Another thread may have turned the mode off after recording.)
     engine.fused.flush("fused eager turned off")?;
     run(&entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done)
 }

@@ -3,10 +3,9 @@
 //! written under the engine lock (`dispatch::locked`), or by running ops through `dispatch`.
 use crate::abi::*;
 use crate::cell::{Cell, DevBuf, Stored};
-use crate::error::not_computed;
 use crate::checks;
 use crate::dispatch::{self, CallResult, Produced};
-use crate::error::Error;
+use crate::error::{not_computed, Error};
 use crate::runtime::runtime;
 use crate::values::element_type;
 use crate::view::{contiguous_strides, Geometry};
