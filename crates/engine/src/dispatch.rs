@@ -1314,10 +1314,14 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
 /// The buffer a non-cell feed uploads for this call (host tensors, float scalars, random
 /// state, a bucketed call's geometry where it is not kept); None for cell and accumulator feeds.
 fn upload_feed(f: &Feed, bucket: Option<&BucketCall>, kept_geometry: bool, args: &[TtArg], scan: &Scan) -> Result<Option<pjrt::Buffer>, Error> {
+    // Cell feeds (most of a call's) return before anything else is looked up: the eager path.
+    if matches!(f, Feed::Base(_) | Feed::CheckAcc) || (kept_geometry && matches!(f, Feed::Geometry)) {
+        return Ok(None);
+    }
     let rt = runtime()?;
     let device = scan.device;
     Ok(Some(match *f {
-        Feed::Base(_) | Feed::CheckAcc => return Ok(None),
+        Feed::Base(_) | Feed::CheckAcc => unreachable!("returned above"),
         Feed::Host(arg, item) => {
             let t = arg_at(args, arg, item).tensor();
             let dtype = dtype_of(t.dtype)?;
@@ -1329,7 +1333,6 @@ fn upload_feed(f: &Feed, bucket: Option<&BucketCall>, kept_geometry: bool, args:
             let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
             upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?
         }
-        Feed::Geometry if kept_geometry => return Ok(None),
         Feed::Geometry => bucket.expect("a bucketed program runs with its call's geometry").upload(device)?,
         Feed::Rng(arg) => {
             let a = &args[arg as usize];
