@@ -1,6 +1,10 @@
 """Fused eager mode (torch.tpu.set_fused_eager): recorded ops give the same values as strict
 eager and as PyTorch on CPU, through views, in-place ops, autograd, the RNG and data-dependent
 sizes; a repeated graph runs as one fused program; errors keep PyTorch's class and message."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -31,13 +35,14 @@ def test_repeated_graph_runs_fused_with_strict_values(fused):
     ref = chain(xs, ws, bs)
     x, w, b = xs.to(TPU), ws.to(TPU), bs.to(TPU)
     before = fused_stats()
-    for _ in range(4):
+    for _ in range(9):
         got = chain(x, w, b)
         for g, r in zip(got, ref):
             torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
     after = fused_stats()
-    assert after["graphs"] - before["graphs"] >= 4
-    # The first two runs are op by op; from the third on the graph is one fused program.
+    assert after["graphs"] - before["graphs"] >= 9
+    # The third run starts the fused program's compile on a worker thread; the runs go on op
+    # by op until the eighth, which waits for the program and runs it (so do the next ones).
     assert after["fused_runs"] - before["fused_runs"] >= 2
     assert torch.tpu.is_fused_eager()
 
@@ -85,7 +90,7 @@ def test_training_matches_strict_eager():
         torch.tpu.set_fused_eager(fused)
         losses = []
         try:
-            for _ in range(4):
+            for _ in range(9):
                 opt.zero_grad()
                 loss = F.cross_entropy(net(data.to(TPU)), target.to(TPU))
                 loss.backward()
@@ -142,11 +147,11 @@ def test_long_chains_are_cut():
     torch.tpu.set_fused_eager(True)
     try:
         # 600 ops and a read per step: cut at 512 ops and at the read, the same pieces each
-        # step, which run fused once they have come three times. (Checked over the last two steps:
-        # where `x + 1` runs on a bucketed program, its 1000th call compiles its own program
-        # and the step's structure changes once.)
-        for step in range(5):
-            if step == 3:
+        # step, which run fused from their eighth time on. (Checked over the last two steps: a
+        # bucketed program that keeps serving a shape gives way to the shape's own, and the
+        # step's structure may change once.)
+        for step in range(10):
+            if step == 8:
                 last_two = fused_stats()
             for _ in range(600):
                 x = x + 1
@@ -160,8 +165,8 @@ def test_long_chains_are_cut():
             x = x.abs()
     finally:
         torch.tpu.set_fused_eager(False)
-    assert x.cpu().tolist() == [3000.0] * 3
-    assert mid["graphs"] - before["graphs"] == 10
+    assert x.cpu().tolist() == [6000.0] * 3
+    assert mid["graphs"] - before["graphs"] == 20
     assert mid["graphs"] - last_two["graphs"] == 4
     assert mid["fused_runs"] - last_two["fused_runs"] == 4
     after = fused_stats()
@@ -217,3 +222,35 @@ def test_device_check_failures_raise_at_the_next_read(fused):
     assert "from an earlier op (index" in str(got.value)  # the op is named
     torch.testing.assert_close((t * 0).cpu(), torch.zeros(5))  # reported once
     del bad
+
+
+FUSED_TIERS = """
+import torch
+import torch.nn.functional as F
+def f(x):
+    y = torch.tanh(x) * 0.7 + torch.special.erf(x * 0.5)
+    return (F.gelu(y) - torch.exp(-y.abs())).sum(dim=1)
+# Eager ops only (quick tier), then with a compiled function's graph (always the full tier).
+compiled = torch.compile(lambda x: torch.exp(x).sum(dim=1), backend="tpu")
+x = torch.randn(7, 9, device="tpu")
+for g in (f, lambda x: f(x) + compiled(x)):
+    strict = g(x).cpu()
+    torch.tpu.set_fused_eager(True)
+    for _ in range(9):
+        torch.testing.assert_close(g(x).cpu(), strict, rtol=1e-6, atol=1e-6)
+    torch.tpu.set_fused_eager(False)
+print(torch.tpu.compile_stats()["fused"]["fused_runs"])
+"""
+
+
+def test_fused_programs_take_their_ops_tier(tmp_path):
+    # Small programs compile at the quick tier, whose transcendental functions round unlike the
+    # full tier's: a fused graph of quick-tier programs takes the quick tier too, one with any
+    # other program (here a compiled graph's) the full tier, although its tensors are small.
+    env = {**os.environ, "TORCHTPU_LOG_COMPILES": "1", "TORCHTPU_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-c", FUSED_TIERS], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["4"]
+    fused = [line for line in p.stderr.splitlines() if line.startswith("torchtpu: compile torchtpu::fused")]
+    assert len(fused) == 2, p.stderr
+    assert fused[0].endswith("(compiled, quick tier)") and fused[1].endswith("(compiled)"), fused

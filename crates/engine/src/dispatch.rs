@@ -7,6 +7,7 @@ use crate::abi::*;
 use crate::cell::{Buf, Cell, DevBuf, Stored};
 use crate::fused;
 use crate::checks;
+use crate::compile_pool::{self, Program};
 use crate::error::{not_computed, Error};
 use crate::lock::{EngineLock, Held};
 use crate::runtime::{runtime, Tiering};
@@ -70,7 +71,10 @@ enum RetSpec {
 }
 
 struct Entry {
-    exe: Arc<pjrt::LoadedExecutable>,
+    /// Compiled, or compiling in fused eager mode.
+    exe: Arc<Program>,
+    /// Whether it took the quick tier (a fused graph of such programs takes it too).
+    quick: bool,
     /// Unique per entry (fused graphs are keyed by their ops' entries).
     id: u64,
     /// The program's text (fused.rs composes graphs of it); None for a user's module.
@@ -312,7 +316,10 @@ fn bound_cache(engine: &mut Engine) {
 }
 
 pub fn stats() -> Stats {
-    with_engine(|e| e.stats.clone())
+    let mut s = with_engine(|e| e.stats.clone());
+    // Programs compiled on worker threads (fused eager mode) count as well.
+    s.compile_seconds += compile_pool::seconds();
+    s
 }
 
 pub fn register_op(qualified: &str, overload: &str, arg_names: Vec<String>, write_mask: u64) -> i32 {
@@ -982,11 +989,11 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
     let kept = module_override.is_none().then(|| Arc::from(text.as_str()));
     let constants = constant_scalars(&text, o.specs.len());
-    let exe = match module_override {
-        Some(module) => compile_module(info, &module)?,
+    let (exe, quick) = match module_override {
+        Some(module) => (compile_module(info, &module)?, false),
         None => compile_program(info, text, tiering)?,
     };
-    Ok(Built::Entry(Entry { exe, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+    Ok(Built::Entry(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
 
 /// For each of a program's first `n` results, its little-endian bytes where it is a constant
@@ -1087,8 +1094,8 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let class = buckets::size_class(args, dims.iter().map(Vec::as_slice));
     let kept = Some(Arc::from(text.as_str()));
     let constants = constant_scalars(&text, o.specs.len());
-    let exe = compile_program(info, text, Tiering::Class(class))?;
-    Ok(Some(Entry { exe, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
+    let (exe, quick) = compile_program(info, text, Tiering::Class(class))?;
+    Ok(Some(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }
 
 impl Builder<'_> {
@@ -1248,17 +1255,26 @@ fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mu
 }
 
 /// Compiles the program's text (or loads it from the persistent cache); compiled graphs
-/// take full optimization whatever the tiering asked.
-fn compile_program(info: &OpInfo, text: String, tiering: Tiering) -> Result<Arc<pjrt::LoadedExecutable>, Error> {
+/// take full optimization whatever the tiering asked. In fused eager mode it compiles on a
+/// worker thread (compile_pool.rs): the call is recorded, not run, and the graph's run waits
+/// for the program.
+/// Also says whether the program takes the quick tier.
+fn compile_program(info: &OpInfo, text: String, tiering: Tiering) -> Result<(Arc<Program>, bool), Error> {
     let rt = runtime()?;
     let tiering = if info.qualified.starts_with("torchtpu::run_graph") { Tiering::Full } else { tiering };
-    rt.compile(&info.qualified, &text, tiering).map_err(|e| Error::runtime(format!("torchtpu: compiling {} failed: {}\n{}", info.base, e.message, text)))
+    let quick = crate::runtime::takes_quick_tier(&text, tiering);
+    let (qualified, base) = (info.qualified.clone(), info.base.clone());
+    let compile = move || rt.compile(&qualified, &text, tiering).map_err(|e| format!("torchtpu: compiling {base} failed: {}\n{text}", e.message));
+    if fused::enabled() {
+        return Ok((compile_pool::submit(compile), quick));
+    }
+    compile().map(|exe| (Program::compiled(exe), quick)).map_err(Error::runtime)
 }
 
 /// Compiles a user's serialized module (a kernel whose program is the module itself).
-fn compile_module(info: &OpInfo, module: &[u8]) -> Result<Arc<pjrt::LoadedExecutable>, Error> {
+fn compile_module(info: &OpInfo, module: &[u8]) -> Result<Arc<Program>, Error> {
     let rt = runtime()?;
-    rt.compile_code(&info.qualified, module).map_err(|e| Error::runtime(format!("torchtpu: compiling a kernel module failed: {}", e.message)))
+    rt.compile_code(&info.qualified, module).map(Program::compiled).map_err(|e| Error::runtime(format!("torchtpu: compiling a kernel module failed: {}", e.message)))
 }
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]
@@ -1394,7 +1410,7 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
             }
         }
     }
-    let mut outputs = entry.exe.execute(&inputs, rt.device(device)?)?;
+    let mut outputs = entry.exe.get()?.execute(&inputs, rt.device(device)?)?;
     drop(inputs);
     if let Some(acc) = acc {
         acc.store(outputs.pop().expect("a program with checks returns its check accumulator last"));
@@ -1496,6 +1512,6 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
         graph.acc = Some(acc.clone());
         outs.push((acc, DType::I64, vec![3]));
     }
-    engine.fused.push(fused::Op { name: info.base.clone(), exe: entry.exe.clone(), id: entry.id, text: entry.text.clone(), inputs, outs });
+    engine.fused.push(fused::Op { name: info.base.clone(), exe: entry.exe.clone(), quick: entry.quick, id: entry.id, text: entry.text.clone(), inputs, outs });
     Ok(returns_of(entry, made))
 }

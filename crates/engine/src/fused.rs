@@ -5,9 +5,12 @@
 //! synchronize, a data-dependent size, the size limit). A graph's first runs are op by op,
 //! each op with its own program, as strict eager would; a graph whose structure keeps coming
 //! (a training step, a decode step) is compiled once as one program, the ops' programs as
-//! functions of one module that XLA inlines and fuses, and runs as that from then on. The fused program returns only the results a tensor still holds, so intermediates that
-//! PyTorch has freed are never kept.
+//! functions of one module that XLA inlines and fuses, and runs as that from then on. That
+//! program compiles on a worker thread while the graph's next runs go op by op, and the ops'
+//! own new programs compile side by side on worker threads too (compile_pool.rs). The fused program returns only the results a tensor still holds,
+//! so intermediates that PyTorch has freed are never kept.
 use crate::cell::{DevBuf, PendingOut};
+use crate::compile_pool;
 use crate::error::Error;
 use crate::runtime::{runtime, Tiering};
 use lowerings::DType;
@@ -48,6 +51,12 @@ fn max_ops() -> usize {
 /// state; bucketed programs give way to exact ones after `buckets::PROMOTE_AFTER` calls).
 const FUSE_AFTER: u32 = 3;
 
+/// Runs of a structure, op by op, while its fused program compiles on a worker thread; the
+/// next run waits for the program if it is not done yet. The switch falls on the same run
+/// whatever the compile's speed: the fused program may round differently from the ops' own
+/// (XLA fuses across them), and a script run twice must give the same numbers.
+const COMPILE_RUNS: u32 = 4;
+
 /// Graphs cut by the size limit since the last read that may still be fused. A loop that
 /// reads nothing is cut every `max_ops` ops wherever its iterations are: the pieces drift
 /// along the iteration and each would be a new program. Pieces that follow a read (a
@@ -71,7 +80,9 @@ pub enum Input {
 pub struct Op {
     /// The op's name, for errors.
     pub name: String,
-    pub exe: Arc<pjrt::LoadedExecutable>,
+    pub exe: Arc<compile_pool::Program>,
+    /// Whether its program took the quick tier.
+    pub quick: bool,
     /// The program's identity (unique per compiled entry) and its module text, for fusing.
     pub id: u64,
     pub text: Option<Arc<str>>,
@@ -105,6 +116,8 @@ impl Graph {
 enum Program {
     /// Runs op by op so far: how many times.
     Seen(u32),
+    /// Being compiled: runs op by op so far (up to `COMPILE_RUNS`).
+    Compiling(Arc<compile_pool::Program>, u32),
     /// The program and the flush count of its last use.
     Fused(Arc<pjrt::LoadedExecutable>, u64),
     /// Could not be composed or compiled: always op by op.
@@ -170,13 +183,13 @@ impl Fused {
 
     /// Runs the recorded graph; `by_size`: it was cut by the size limit.
     fn run(&mut self, by_size: bool) -> Result<(), Error> {
-        let Some(g) = self.graph.take() else { return Ok(()) };
+        let Some(mut g) = self.graph.take() else { return Ok(()) };
         self.stats.graphs += 1;
         let piece = self.pieces;
         self.pieces = if by_size { piece + 1 } else { 0 };
         // A result is kept where a cell still holds it (the graph holds one reference).
         let live: Vec<Vec<bool>> = g.ops.iter().map(|op| op.outs.iter().map(|(p, ..)| Arc::strong_count(p) > 1).collect()).collect();
-        let done = self.run_graph(&g, &live, piece);
+        let done = self.run_graph(&mut g, &live, piece);
         if let Some(acc) = g.acc.as_ref().and_then(|a| a.done.get()) {
             crate::checks::keep_graph_acc(acc.clone());
         }
@@ -184,7 +197,7 @@ impl Fused {
     }
 
     /// Runs a graph, the `piece`-th cut by the size limit since a read.
-    fn run_graph(&mut self, g: &Graph, live: &[Vec<bool>], piece: u32) -> Result<(), Error> {
+    fn run_graph(&mut self, g: &mut Graph, live: &[Vec<bool>], piece: u32) -> Result<(), Error> {
         if piece >= FUSED_PIECES_AFTER_A_READ {
             return run_op_by_op(g, live);
         }
@@ -199,14 +212,32 @@ impl Fused {
         if let Program::Seen(n) = state {
             *n += 1;
             if *n >= FUSE_AFTER {
-                *state = match compose(g, live, &plan).and_then(|text| runtime().ok()?.compile("torchtpu::fused", &text, Tiering::Largest).ok()) {
-                    Some(exe) => {
-                        self.stats.programs += 1;
-                        Program::Fused(exe, now)
-                    }
+                // The tier of its ops' programs, so that it rounds as they do (a graph of
+                // quick-tier programs and others takes the full tier: its quick ones may round
+                // their transcendental functions differently there).
+                let tiering = if g.ops.iter().all(|op| op.quick) { Tiering::Quick } else { Tiering::Full };
+                *state = match compose(g, live, &plan) {
+                    Some(text) => Program::Compiling(
+                        compile_pool::submit(move || runtime().map_err(|e| e.to_string())?.compile("torchtpu::fused", &text, tiering).map_err(|e| e.message)),
+                        0,
+                    ),
                     None => Program::Never,
                 };
+                return run_op_by_op(g, live);
             }
+        }
+        if let Program::Compiling(program, runs) = state {
+            *runs += 1;
+            if *runs <= COMPILE_RUNS {
+                return run_op_by_op(g, live);
+            }
+            *state = match program.get() {
+                Ok(exe) => {
+                    self.stats.programs += 1;
+                    Program::Fused(exe.clone(), now)
+                }
+                Err(_) => Program::Never,
+            };
         }
         let exe = match state {
             Program::Fused(exe, used) => {
@@ -291,13 +322,16 @@ fn new_buf(buf: pjrt::Buffer, dtype: DType, dims: &[i64], device: i32) -> Arc<De
 }
 
 /// Runs each op with its own program, in order; a result no later op reads and no cell holds
-/// is dropped at once, one that only later ops read after its last reader.
-fn run_op_by_op(g: &Graph, live: &[Vec<bool>]) -> Result<(), Error> {
+/// is dropped at once, one that only later ops read after its last reader. An op's inputs are
+/// released before its results are counted, as strict eager does (a buffer the op donated
+/// into its result is gone).
+fn run_op_by_op(g: &mut Graph, live: &[Vec<bool>]) -> Result<(), Error> {
     let rt = runtime()?;
     let device = rt.device(g.device)?;
     let plan_uses = Plan::new(g, live).last_use;
     let mut results: Vec<Vec<Option<Arc<DevBuf>>>> = Vec::with_capacity(g.ops.len());
-    for (i, op) in g.ops.iter().enumerate() {
+    for i in 0..g.ops.len() {
+        let op = &g.ops[i];
         let inputs: Vec<&pjrt::Buffer> = op
             .inputs
             .iter()
@@ -307,8 +341,17 @@ fn run_op_by_op(g: &Graph, live: &[Vec<bool>]) -> Result<(), Error> {
                 Input::Out(n, o) => &results[*n][*o].as_ref().expect("a result is kept until its last reader").buf,
             })
             .collect();
-        let outs = op.exe.execute(&inputs, device).map_err(|e| deferred_error(op, e))?;
+        let exe = op.exe.get().map_err(|e| Error::runtime(format!("torchtpu: {} (recorded in fused eager mode): {e}", op.name)))?;
+        let outs = exe.execute(&inputs, device).map_err(|e| deferred_error(op, e))?;
         drop(inputs);
+        for input in std::mem::take(&mut g.ops[i].inputs) {
+            if let Input::Out(n, o) = input {
+                if plan_uses[n][o] == Some(i) {
+                    results[n][o] = None;
+                }
+            }
+        }
+        let op = &g.ops[i];
         let mut row = Vec::with_capacity(outs.len());
         for (k, (buf, (p, dtype, dims))) in outs.into_iter().zip(&op.outs).enumerate() {
             let b = new_buf(buf, *dtype, dims, g.device);
@@ -318,20 +361,13 @@ fn run_op_by_op(g: &Graph, live: &[Vec<bool>]) -> Result<(), Error> {
             row.push(plan_uses[i][k].is_some().then_some(b));
         }
         results.push(row);
-        for input in &op.inputs {
-            if let Input::Out(n, o) = input {
-                if plan_uses[*n][*o] == Some(i) {
-                    results[*n][*o] = None;
-                }
-            }
-        }
     }
     Ok(())
 }
 
 /// Runs the graph's fused program: its parameters are the plan's external inputs, its results
-/// the live results in op order.
-fn run_fused(g: &Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedExecutable) -> Result<(), Error> {
+/// the live results in op order. The inputs are released before the results are counted.
+fn run_fused(g: &mut Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedExecutable) -> Result<(), Error> {
     let rt = runtime()?;
     let inputs: Vec<&pjrt::Buffer> = plan
         .externals
@@ -343,6 +379,10 @@ fn run_fused(g: &Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedExecu
         })
         .collect();
     let outs = exe.execute(&inputs, rt.device(g.device)?).map_err(|e| Error::runtime(format!("torchtpu: a fused eager graph failed: {}", e.message)))?;
+    drop(inputs);
+    for op in &mut g.ops {
+        op.inputs.clear();
+    }
     let mut outs = outs.into_iter();
     for (i, op) in g.ops.iter().enumerate() {
         for (k, (p, dtype, dims)) in op.outs.iter().enumerate() {

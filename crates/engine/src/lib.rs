@@ -6,12 +6,13 @@
 //!
 //! ```text
 //! 5  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
-//! 4  dispatch   running one aten call; the engine lock         uses fused, checks, cell, lock, view, buckets, runtime, values, error, abi
-//! 3  fused      fused eager mode: recorded graphs, run fused   uses checks, cell, runtime, error
+//! 4  dispatch   running one aten call; the engine lock         uses fused, compile_pool, checks, cell, lock, view, buckets, runtime, values, error, abi
+//! 3  fused      fused eager mode: recorded graphs, run fused   uses compile_pool, checks, cell, runtime, error
 //! 2  checks     data-dependent checks (host, device)           uses cell, runtime, values, error, abi
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error
+//!    compile_pool  compiling on worker threads                 uses error
 //! 0  error, values, lock, address, view, buckets, disk_cache: import nothing of the engine (abi is a crate)
 //! ```
 //!
@@ -20,6 +21,7 @@ pub use ::abi;
 pub mod address;
 pub mod cell;
 pub mod checks;
+pub mod compile_pool;
 pub mod dispatch;
 pub mod disk_cache;
 pub mod error;

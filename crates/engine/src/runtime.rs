@@ -131,6 +131,23 @@ pub enum Tiering {
     Largest,
     /// A bucketable op's program: when its size class is small (buckets::size_class).
     Class(i64),
+    /// Always (where the plugin has the tier): a fused eager graph of quick-tier programs,
+    /// which must round as they do.
+    Quick,
+}
+
+/// Whether a program compiles at the quick tier (where the plugin has one).
+pub fn takes_quick_tier(text: &str, tiering: Tiering) -> bool {
+    let elements = match tiering {
+        Tiering::Full => return false,
+        Tiering::Quick => return true,
+        Tiering::Largest => largest_tensor(text),
+        Tiering::Class(n) => n.max(largest_float_bucketed(text)),
+    };
+    // Programs with loops keep full optimization: their bodies run many times, and
+    // recurrences amplify the last-bit differences of unoptimized code (which forms no
+    // fused multiply-adds, as PyTorch's CPU kernels and optimized XLA code do).
+    !text.contains("stablehlo.while") && elements <= quick_tier_limit()
 }
 
 /// XLA:CPU spends most of a small program's compile time in LLVM's optimizations and in
@@ -181,15 +198,7 @@ impl Runtime {
     /// says whether it may take the quick tier.
     pub fn compile(&self, what: &str, text: &str, tiering: Tiering) -> Result<Arc<pjrt::LoadedExecutable>, pjrt::Error> {
         let t0 = std::time::Instant::now();
-        let elements = match tiering {
-            Tiering::Full => i64::MAX,
-            Tiering::Largest => largest_tensor(text),
-            Tiering::Class(n) => n.max(largest_float_bucketed(text)),
-        };
-        // Programs with loops keep full optimization: their bodies run many times, and
-        // recurrences amplify the last-bit differences of unoptimized code (which forms no
-        // fused multiply-adds, as PyTorch's CPU kernels and optimized XLA code do).
-        let small = !text.contains("stablehlo.while") && elements <= quick_tier_limit();
+        let small = takes_quick_tier(text, tiering);
         let (exe, from, quick) = loop {
             let quick = if small { self.quick.lock().unwrap().options.clone() } else { None };
             match self.compile_or_load(text, quick.as_deref().unwrap_or(&self.compile_options)) {

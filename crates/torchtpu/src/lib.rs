@@ -202,9 +202,9 @@ fn live_buffers() -> PyResult<i64> {
 
 #[pyfunction]
 fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    // The persistent cache's counts include the writes still queued.
+    // The counts include the fused programs being compiled and the writes still queued.
     if engine::runtime::is_initialized() {
-        py.allow_threads(engine::runtime::flush_stores);
+        py.allow_threads(wait_for_background_work);
     }
     let s = engine::dispatch::stats();
     let d = PyDict::new(py);
@@ -263,12 +263,19 @@ fn fused_eager_enabled() -> bool {
     engine::fused::enabled()
 }
 
-/// Waits for the persistent cache's queued writes (at interpreter exit).
+/// Waits for the fused programs being compiled and the persistent cache's queued writes
+/// (at interpreter exit).
 #[pyfunction]
 fn flush_compile_cache(py: Python<'_>) {
     if engine::runtime::is_initialized() {
-        py.allow_threads(engine::runtime::flush_stores);
+        py.allow_threads(wait_for_background_work);
     }
+}
+
+fn wait_for_background_work() {
+    // Compiles first: each queues its program's write.
+    engine::compile_pool::wait_all();
+    engine::runtime::flush_stores();
 }
 
 /// The base names of every natively lowered aten op.
