@@ -1,7 +1,8 @@
 """What new shapes cost in eager mode: first-seen-op compile times over the tiny-Llama training
 step, and Hugging Face `generate` (48 tokens from a 20-token prompt, tiny Llama) first and second
 call, each against torch on CPU and against this build with the quick compile tier off and
-with bucketed programs off (the previous defaults), in one run. Every torchtpu measurement runs in a fresh process with an
+with bucketed programs off (the previous defaults), and in fused eager mode (whose new programs
+compile side by side on worker threads), in one run. Every torchtpu measurement runs in a fresh process with an
 empty persistent cache, so every program is really compiled.
 
     python benches/eager_compile.py
@@ -73,8 +74,9 @@ def child(what, device):
     print("RESULT " + json.dumps(result))
 
 
-def measure(what, device, quick=True, buckets=True):
+def measure(what, device, quick=True, buckets=True, fused=False):
     env = dict(os.environ, TORCHTPU_LOG_COMPILES="1", TORCHTPU_CACHE_DIR=tempfile.mkdtemp(prefix="tt-bench-"))
+    env["TORCHTPU_FUSED_EAGER"] = "1" if fused else "0"
     if not quick:
         env["TORCHTPU_QUICK_COMPILE_ELEMENTS"] = "0"
     env["TORCHTPU_BUCKET_PROGRAMS"] = "1" if buckets else "0"
@@ -96,7 +98,8 @@ def main():
         return child(sys.argv[2], sys.argv[3])
     print("first-seen programs of one tiny-Llama training step (eager, forward + backward + AdamW):")
     cpu = measure("train", "cpu")
-    rows = [("quick tier off", measure("train", "tpu", quick=False, buckets=False)), ("buckets on", measure("train", "tpu"))]
+    rows = [("quick tier off", measure("train", "tpu", quick=False, buckets=False)), ("buckets on", measure("train", "tpu")),
+            ("fused eager", measure("train", "tpu", fused=True))]
     for name, r in rows:
         print(f"  {name:<15} {len(r['compile_ms']):4d} programs  {spread(r['compile_ms'])}  step {r['seconds']:5.2f} s "
               f"({r['seconds'] / cpu['seconds']:.0f}x torch CPU's {cpu['seconds']:.2f} s)")
@@ -104,8 +107,9 @@ def main():
     print("HF generate, 48 new tokens from a 20-token prompt (tiny Llama, greedy):")
     cpu = measure("generate", "cpu")
     print(f"  torch CPU       first {cpu['first']:6.2f} s  second {cpu['second']:6.2f} s")
-    for name, quick, buckets in [("quick tier off", False, False), ("buckets off", True, False), ("buckets on", True, True)]:
-        r = measure("generate", "tpu", quick, buckets)
+    for name, quick, buckets, fused in [("quick tier off", False, False, False), ("buckets off", True, False, False),
+                                        ("buckets on", True, True, False), ("fused eager", True, True, True)]:
+        r = measure("generate", "tpu", quick, buckets, fused)
         same = "same tokens as CPU" if r["tokens"] == cpu["tokens"] else "TOKENS DIFFER FROM CPU"
         print(f"  {name:<15} first {r['first']:6.2f} s ({r['first'] / cpu['first']:5.1f}x CPU)  second {r['second']:6.2f} s "
               f"({r['second'] / cpu['second']:4.1f}x CPU)  {len(r['compile_ms'])} programs, {spread(r['compile_ms'])}; {same}")

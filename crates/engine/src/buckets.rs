@@ -29,9 +29,15 @@ pub const MAX_ELEMENTS: i64 = 1 << 22;
 
 /// Calls of one exact shape a bucketed program serves before that shape compiles its own program:
 /// a shape that keeps coming back (a training step's) stops paying for the gathers, one that
-/// passes (a decoding step's) never compiles. (At 1000, the tiny-Llama training step ran at
+/// passes (a decoding step's, in one `generate` call) never compiles. (At 1000, the tiny-Llama training step ran at
 /// 0.48x torch CPU for its first hundred steps, against 0.88x with exact programs.)
 pub const PROMOTE_AFTER: u32 = 8;
+
+/// Calls a bucketed program still serves a promoted shape while the shape's own program
+/// compiles on a worker thread; the next call waits for it if it is not done. (Promoting at
+/// once stalled the fifth HF `generate` call of a tiny Llama for 9.5 s: its 48 decode shapes
+/// crossed PROMOTE_AFTER together.)
+pub const PROMOTE_CALLS: u32 = 16;
 
 /// Whether bucketed programs are on without TORCHTPU_BUCKET_PROGRAMS set.
 const ON_BY_DEFAULT: bool = true;

@@ -139,6 +139,9 @@ pub struct Stats {
 struct Cached {
     entry: Arc<Entry>,
     bucket: Option<Arc<BucketCall>>,
+    /// A bucketed shape's own program, compiling on a worker thread until it takes over
+    /// (buckets::PROMOTE_AFTER).
+    promoted: Option<Arc<Entry>>,
     used: u64,
     /// Calls served from this entry.
     runs: u32,
@@ -558,32 +561,47 @@ fn lookup(
 ) -> Result<Looked, Error> {
     engine.tick += 1;
     let tick = engine.tick;
-    let mut promote = false;
     if let Some(c) = engine.cache.get_mut(key) {
         c.used = tick;
         engine.stats.hits += 1;
         c.runs = c.runs.saturating_add(1);
-        // A shape a bucketed program keeps serving gets its own exact program (tiering).
-        promote = c.bucket.is_some() && c.runs > buckets::PROMOTE_AFTER;
-        if !promote {
+        // A shape a bucketed program keeps serving gets its own exact program: compiled on a
+        // worker thread meanwhile, it takes over at a fixed call (the two may round differently
+        // in the last place, and a script run twice must give the same numbers).
+        if c.bucket.is_some() && c.runs > buckets::PROMOTE_AFTER + buckets::PROMOTE_CALLS {
+            if let Some(exact) = c.promoted.take() {
+                (c.entry, c.bucket) = (exact, None);
+            }
+        }
+        if !(c.bucket.is_some() && c.runs == buckets::PROMOTE_AFTER + 1) {
             return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
         }
-        engine.stats.bucket_promoted += 1;
+        let t0 = Instant::now();
+        if let Ok(Built::Entry(exact)) = build(info, f, specialize, args, scan, held, sizing, true) {
+            engine.stats.bucket_promoted += 1;
+            engine.stats.misses += 1;
+            engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
+            let c = engine.cache.get_mut(key).expect("the entry just used");
+            c.promoted = Some(Arc::new(exact));
+            return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
+        }
+        let c = engine.cache.get(key).expect("the entry just used");
+        return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
     }
-    if !promote && matches!(sizing, Sizing::None) && bucketable(info) && buckets::enabled() {
+    if matches!(sizing, Sizing::None) && bucketable(info) && buckets::enabled() {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);
         }
     }
     let t0 = Instant::now();
-    let entry = match build(info, f, specialize, args, scan, held, sizing)? {
+    let entry = match build(info, f, specialize, args, scan, held, sizing, false)? {
         Built::Entry(e) => Arc::new(e),
         Built::Resize(i, dims) => return Ok(Looked::Resize(i, dims)),
     };
     engine.stats.misses += 1;
     engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
     bound_cache(engine);
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, used: tick, runs: 0 });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, promoted: None, used: tick, runs: 0 });
     Ok(Looked::Entry(entry, None))
 }
 
@@ -655,13 +673,13 @@ fn lookup_bucketed(
             engine.stats.bucket_programs += 1;
             engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
             bound_cache(engine);
-            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, used: tick, runs: 0 });
+            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, promoted: None, used: tick, runs: 0 });
             e
         }
     };
     engine.stats.bucket_shapes += 1;
     let call = Arc::new(BucketCall { geometry, uploaded: std::sync::OnceLock::new(), dims });
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), used: tick, runs: 0 });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), promoted: None, used: tick, runs: 0 });
     Ok(Some(Looked::Entry(entry, Some(call))))
 }
 
@@ -968,7 +986,10 @@ impl Outputs {
 }
 
 /// Lowers one call into a program and compiles it, in these steps.
-fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing) -> Result<Built, Error> {
+/// `background`: its program compiles on a worker thread (as every program does in fused
+/// eager mode).
+#[allow(clippy::too_many_arguments)]
+fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing, background: bool) -> Result<Built, Error> {
     let mut b = Builder::new(scan, held, specialize);
     let lowered = b.lower_call(info, f, args, sizing)?;
     let mut outs = lowered.into_iter();
@@ -991,7 +1012,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let constants = constant_scalars(&text, o.specs.len());
     let (exe, quick) = match module_override {
         Some(module) => (compile_module(info, &module)?, false),
-        None => compile_program(info, text, tiering)?,
+        None => compile_program(info, text, tiering, background)?,
     };
     Ok(Built::Entry(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
@@ -1094,7 +1115,7 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let class = buckets::size_class(args, dims.iter().map(Vec::as_slice));
     let kept = Some(Arc::from(text.as_str()));
     let constants = constant_scalars(&text, o.specs.len());
-    let (exe, quick) = compile_program(info, text, Tiering::Class(class))?;
+    let (exe, quick) = compile_program(info, text, Tiering::Class(class), false)?;
     Ok(Some(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
 }
 
@@ -1257,15 +1278,15 @@ fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mu
 /// Compiles the program's text (or loads it from the persistent cache); compiled graphs
 /// take full optimization whatever the tiering asked. In fused eager mode it compiles on a
 /// worker thread (compile_pool.rs): the call is recorded, not run, and the graph's run waits
-/// for the program.
-/// Also says whether the program takes the quick tier.
-fn compile_program(info: &OpInfo, text: String, tiering: Tiering) -> Result<(Arc<Program>, bool), Error> {
+/// for the program; so it does where `background` asks. Also says whether the program takes
+/// the quick tier.
+fn compile_program(info: &OpInfo, text: String, tiering: Tiering, background: bool) -> Result<(Arc<Program>, bool), Error> {
     let rt = runtime()?;
     let tiering = if info.qualified.starts_with("torchtpu::run_graph") { Tiering::Full } else { tiering };
     let quick = crate::runtime::takes_quick_tier(&text, tiering);
     let (qualified, base) = (info.qualified.clone(), info.base.clone());
     let compile = move || rt.compile(&qualified, &text, tiering).map_err(|e| format!("torchtpu: compiling {base} failed: {}\n{text}", e.message));
-    if fused::enabled() {
+    if background || fused::enabled() {
         return Ok((compile_pool::submit(compile), quick));
     }
     compile().map(|exe| (Program::compiled(exe), quick)).map_err(Error::runtime)
