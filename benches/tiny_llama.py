@@ -108,16 +108,16 @@ def run(device, steps, compile_backend=None, seed=0):
         times.append(time.perf_counter() - t0)
         if grads is None:  # step 0's gradients (same weights, same batch everywhere), outside the timing
             grads = [p.grad.detach().cpu().clone() for p in model.parameters()]
-    # Steady state: past the warm-up steps (compiles; fused eager compiles a step's program
-    # when its structure comes the second time, step 2: step 0 also creates AdamW's state).
-    steady = times[3:] if len(times) > 4 else times[1:] or times
+    # Steady state: past the warm-up steps (compiles; fused eager runs a step's fused program
+    # from the structure's eighth time on, step 7: step 0 also creates AdamW's state).
+    steady = times[8:] if len(times) > 9 else times[1:] or times
     tok_s = inp.numel() / (sum(steady) / len(steady))
     return losses, tok_s, times[0], grads
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=13)
+    p.add_argument("--steps", type=int, default=16)
     p.add_argument("--inductor", action="store_true", help="also time torch.compile(inductor) on CPU (slow to compile)")
     p.add_argument("--cores", type=int, default=1, help="cores the process may use (torch threads and XLA's)")
     p.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)

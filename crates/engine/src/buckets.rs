@@ -27,10 +27,11 @@ pub const EXACT_SHAPES_FIRST: u32 = 2;
 /// where a gather's cost would show.
 pub const MAX_ELEMENTS: i64 = 1 << 22;
 
-/// Calls of one exact shape a bucketed program serves before that shape compiles its own program:
-/// a shape that keeps coming back (a training step's) stops paying for the gathers, one that
-/// passes (a decoding step's, in one `generate` call) never compiles. (At 1000, the tiny-Llama training step ran at
-/// 0.48x torch CPU for its first hundred steps, against 0.88x with exact programs.)
+/// Calls of one exact shape a bucketed program serves before that shape compiles its own
+/// program: a shape that keeps coming back (a training step's) stops paying for the gathers,
+/// one that passes (a decoding step's, in one `generate` call) never compiles. (At 1000, the
+/// tiny-Llama training step ran at 0.48x torch CPU for its first hundred steps, against 0.88x
+/// with exact programs.)
 pub const PROMOTE_AFTER: u32 = 8;
 
 /// Calls a bucketed program still serves a promoted shape while the shape's own program

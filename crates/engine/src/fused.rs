@@ -7,8 +7,9 @@
 //! (a training step, a decode step) is compiled once as one program, the ops' programs as
 //! functions of one module that XLA inlines and fuses, and runs as that from then on. That
 //! program compiles on a worker thread while the graph's next runs go op by op, and the ops'
-//! own new programs compile side by side on worker threads too (compile_pool.rs). The fused program returns only the results a tensor still holds,
-//! so intermediates that PyTorch has freed are never kept.
+//! own new programs compile side by side on worker threads too (compile_pool.rs). The fused
+//! program returns only the results a tensor still holds, so intermediates that PyTorch has
+//! freed are never kept.
 use crate::cell::{DevBuf, PendingOut};
 use crate::compile_pool;
 use crate::error::Error;
@@ -48,7 +49,8 @@ fn max_ops() -> usize {
 /// Runs of a graph structure, op by op, after which it is compiled as one program: a structure
 /// seen once (a prompt's first step, a shape met once) is not worth a compile, nor one seen
 /// twice while a training loop's first steps still change (AdamW's first step creates its
-/// state; bucketed programs give way to exact ones after `buckets::PROMOTE_AFTER` calls).
+/// state; bucketed programs give way to exact ones after `buckets::PROMOTE_AFTER` and
+/// `PROMOTE_CALLS` calls, which changes the structure once more).
 const FUSE_AFTER: u32 = 3;
 
 /// Runs of a structure, op by op, while its fused program compiles on a worker thread; the
