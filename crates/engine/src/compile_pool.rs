@@ -1,7 +1,8 @@
 //! Programs compiled on worker threads. Fused eager mode records an op without running it, so
 //! the op's program need not be ready yet: the programs of a graph's new ops compile side by
 //! side on the machine's cores while the caller records on, and the graph's run waits for
-//! each program as it reaches it. Fused graphs' own programs compile here too.
+//! each program as it reaches it. Fused graphs' own programs compile here too, and so do the
+//! exact programs of shapes that bucketed programs served often (dispatch.rs: promotion).
 use crate::error::Error;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -71,7 +71,7 @@ enum RetSpec {
 }
 
 struct Entry {
-    /// Compiled, or compiling in fused eager mode.
+    /// Compiled, or compiling on a worker thread (fused eager mode, promotions).
     exe: Arc<Program>,
     /// Whether it took the quick tier (a fused graph of such programs takes it too).
     quick: bool,
@@ -320,7 +320,7 @@ fn bound_cache(engine: &mut Engine) {
 
 pub fn stats() -> Stats {
     let mut s = with_engine(|e| e.stats.clone());
-    // Programs compiled on worker threads (fused eager mode) count as well.
+    // Programs compiled on worker threads (fused eager mode, promotions) count as well.
     s.compile_seconds += compile_pool::seconds();
     s
 }
@@ -573,20 +573,17 @@ fn lookup(
                 (c.entry, c.bucket) = (exact, None);
             }
         }
-        if !(c.bucket.is_some() && c.runs == buckets::PROMOTE_AFTER + 1) {
-            return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
+        let looked = Looked::Entry(c.entry.clone(), c.bucket.clone());
+        if c.bucket.is_some() && c.runs == buckets::PROMOTE_AFTER + 1 {
+            let t0 = Instant::now();
+            if let Ok(Built::Entry(exact)) = build(info, f, specialize, args, scan, held, sizing, true) {
+                engine.stats.bucket_promoted += 1;
+                engine.stats.misses += 1;
+                engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
+                engine.cache.get_mut(key).expect("the entry just used").promoted = Some(Arc::new(exact));
+            }
         }
-        let t0 = Instant::now();
-        if let Ok(Built::Entry(exact)) = build(info, f, specialize, args, scan, held, sizing, true) {
-            engine.stats.bucket_promoted += 1;
-            engine.stats.misses += 1;
-            engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
-            let c = engine.cache.get_mut(key).expect("the entry just used");
-            c.promoted = Some(Arc::new(exact));
-            return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
-        }
-        let c = engine.cache.get(key).expect("the entry just used");
-        return Ok(Looked::Entry(c.entry.clone(), c.bucket.clone()));
+        return Ok(looked);
     }
     if matches!(sizing, Sizing::None) && bucketable(info) && buckets::enabled() {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {

@@ -115,7 +115,8 @@ impl Graph {
     }
 }
 
-enum Program {
+/// A graph structure's way to run.
+enum Fusing {
     /// Runs op by op so far: how many times.
     Seen(u32),
     /// Being compiled: runs op by op so far (up to `COMPILE_RUNS`).
@@ -144,7 +145,7 @@ pub struct Fused {
     generation: u64,
     /// Graphs cut by the size limit since the last other flush (a read, a synchronize, ...).
     pieces: u32,
-    programs: HashMap<Vec<u64>, Program>,
+    programs: HashMap<Vec<u64>, Fusing>,
     pub stats: FusedStats,
 }
 
@@ -207,11 +208,11 @@ impl Fused {
         plan.key.push(piece as u64);
         if self.programs.len() > 16 * MAX_PROGRAMS {
             // Structures seen once and never again: forget them.
-            self.programs.retain(|_, p| !matches!(p, Program::Seen(_)));
+            self.programs.retain(|_, p| !matches!(p, Fusing::Seen(_)));
         }
         let now = self.stats.graphs;
-        let state = self.programs.entry(plan.key.clone()).or_insert(Program::Seen(0));
-        if let Program::Seen(n) = state {
+        let state = self.programs.entry(plan.key.clone()).or_insert(Fusing::Seen(0));
+        if let Fusing::Seen(n) = state {
             *n += 1;
             if *n >= FUSE_AFTER {
                 // The tier of its ops' programs, so that it rounds as they do (a graph of
@@ -219,16 +220,16 @@ impl Fused {
                 // their transcendental functions differently there).
                 let tiering = if g.ops.iter().all(|op| op.quick) { Tiering::Quick } else { Tiering::Full };
                 *state = match compose(g, live, &plan) {
-                    Some(text) => Program::Compiling(
+                    Some(text) => Fusing::Compiling(
                         compile_pool::submit(move || runtime().map_err(|e| e.to_string())?.compile("torchtpu::fused", &text, tiering).map_err(|e| e.message)),
                         0,
                     ),
-                    None => Program::Never,
+                    None => Fusing::Never,
                 };
                 return run_op_by_op(g, live);
             }
         }
-        if let Program::Compiling(program, runs) = state {
+        if let Fusing::Compiling(program, runs) = state {
             *runs += 1;
             if *runs <= COMPILE_RUNS {
                 return run_op_by_op(g, live);
@@ -236,13 +237,13 @@ impl Fused {
             *state = match program.get() {
                 Ok(exe) => {
                     self.stats.programs += 1;
-                    Program::Fused(exe.clone(), now)
+                    Fusing::Fused(exe.clone(), now)
                 }
-                Err(_) => Program::Never,
+                Err(_) => Fusing::Never,
             };
         }
         let exe = match state {
-            Program::Fused(exe, used) => {
+            Fusing::Fused(exe, used) => {
                 *used = now;
                 exe.clone()
             }
@@ -256,7 +257,7 @@ impl Fused {
     /// Drops the least recently used fused program past `MAX_PROGRAMS` (back to op by op
     /// until it is compiled again).
     fn bound_programs(&mut self) {
-        let fused: Vec<(&Vec<u64>, u64)> = self.programs.iter().filter_map(|(k, p)| if let Program::Fused(_, used) = p { Some((k, *used)) } else { None }).collect();
+        let fused: Vec<(&Vec<u64>, u64)> = self.programs.iter().filter_map(|(k, p)| if let Fusing::Fused(_, used) = p { Some((k, *used)) } else { None }).collect();
         if fused.len() > MAX_PROGRAMS {
             let oldest = fused.iter().min_by_key(|f| f.1).map(|f| f.0.clone()).unwrap();
             self.programs.remove(&oldest);

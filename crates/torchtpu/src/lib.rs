@@ -202,7 +202,7 @@ fn live_buffers() -> PyResult<i64> {
 
 #[pyfunction]
 fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    // The counts include the fused programs being compiled and the writes still queued.
+    // The counts include the programs compiling on worker threads and the writes still queued.
     if engine::runtime::is_initialized() {
         py.allow_threads(wait_for_background_work);
     }
@@ -263,8 +263,8 @@ fn fused_eager_enabled() -> bool {
     engine::fused::enabled()
 }
 
-/// Waits for the fused programs being compiled and the persistent cache's queued writes
-/// (at interpreter exit).
+/// Waits for the programs compiling on worker threads and the persistent cache's queued
+/// writes (at interpreter exit).
 #[pyfunction]
 fn flush_compile_cache(py: Python<'_>) {
     if engine::runtime::is_initialized() {
