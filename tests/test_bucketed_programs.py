@@ -137,6 +137,31 @@ def test_a_shape_served_often_gets_its_exact_program(tmp_path):
     assert got["promoted"] == 1 and got["misses"] == 1
 
 
+def test_fused_eager_promotes_shapes_that_repeat_across_graphs(tmp_path):
+    got = run("""
+        torch.tpu.set_fused_eager(True)
+        base = torch.randn(50, 7)
+        d = base.to("tpu")
+        for n in (1, 2):  # the add and sub families' exact shapes: later ones are bucketed
+            (d[:n] + 1).cpu(), (d[:n] - 1).cpu()
+        p0 = stats()["bucket_promoted"]
+        promoted = []
+        for step in range(16):
+            fixed = (d[:3] + 1) * 2       # the same shape in every graph
+            growing = d[:step + 17] - 1   # a new shape in each (one bucket: 17 to 32 rows)
+            same(fixed, (base[:3] + 1) * 2, f"fixed {step}")
+            same(growing, base[:step + 17] - 1, f"growing {step}")
+            promoted.append(stats()["bucket_promoted"] - p0)
+        print(json.dumps({"bad": bad, "promoted": promoted, "fused_runs": stats()["fused"]["fused_runs"]}))
+    """, tmp_path)
+    assert got["bad"] == []
+    # The fixed shape compiles its own program in its second graph in a row (it takes over in
+    # the third); the growing shapes, each in one graph, never do.
+    assert got["promoted"][:2] == [0, 1] and got["promoted"][-1] == 1, got["promoted"]
+    # Settled from the fourth graph on, the graph's structure is fused.
+    assert got["fused_runs"] >= 4, got
+
+
 def test_a_shape_gets_the_same_bits_from_its_exact_and_its_bucketed_program(tmp_path):
     # Both programs of a shape compile at the tier of its size class (sizes rounded up to their
     # buckets): 40x100 is above the quick tier's 4096 elements as 64x128 whichever program runs

@@ -7,7 +7,7 @@ use crate::abi::*;
 use crate::cell::{Buf, Cell, DevBuf, Stored};
 use crate::fused;
 use crate::checks;
-use crate::compile_pool::{self, Program};
+use crate::compile_pool::{self, Program, Urgency};
 use crate::error::{not_computed, Error};
 use crate::lock::{EngineLock, Held};
 use crate::runtime::{runtime, Tiering};
@@ -145,6 +145,9 @@ struct Cached {
     used: u64,
     /// Calls served from this entry.
     runs: u32,
+    /// Fused eager mode: graphs in a row that held a call of it, and the last of them.
+    graphs: u32,
+    last_graph: u64,
 }
 
 /// One exact shape run by a bucketed program (buckets.rs).
@@ -568,13 +571,26 @@ fn lookup(
         // A shape a bucketed program keeps serving gets its own exact program: compiled on a
         // worker thread meanwhile, it takes over at a fixed call (the two may round differently
         // in the last place, and a script run twice must give the same numbers).
-        if c.bucket.is_some() && c.runs > buckets::PROMOTE_AFTER + buckets::PROMOTE_CALLS {
+        let (due, takes_over) = if fused::enabled() {
+            // By graphs in a row: a fused program is composed of its ops' programs, and its
+            // structure must settle before the structure's third run (fused.rs).
+            let graph = engine.fused.next_generation();
+            let first_in_graph = graph != c.last_graph;
+            if first_in_graph {
+                c.graphs = if graph - c.last_graph <= buckets::RECENT_GRAPHS { c.graphs + 1 } else { 1 };
+                c.last_graph = graph;
+            }
+            (first_in_graph && c.graphs == buckets::PROMOTE_GRAPHS, c.graphs > buckets::PROMOTE_GRAPHS)
+        } else {
+            (c.runs == buckets::PROMOTE_AFTER + 1, c.runs > buckets::PROMOTE_AFTER + buckets::PROMOTE_CALLS)
+        };
+        if c.bucket.is_some() && takes_over {
             if let Some(exact) = c.promoted.take() {
                 (c.entry, c.bucket) = (exact, None);
             }
         }
         let looked = Looked::Entry(c.entry.clone(), c.bucket.clone());
-        if c.bucket.is_some() && c.runs == buckets::PROMOTE_AFTER + 1 {
+        if c.bucket.is_some() && due && c.promoted.is_none() {
             let t0 = Instant::now();
             if let Ok(Built::Entry(exact)) = build(info, f, specialize, args, scan, held, sizing, true) {
                 engine.stats.bucket_promoted += 1;
@@ -598,7 +614,7 @@ fn lookup(
     engine.stats.misses += 1;
     engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
     bound_cache(engine);
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, promoted: None, used: tick, runs: 0 });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, promoted: None, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
     Ok(Looked::Entry(entry, None))
 }
 
@@ -670,13 +686,13 @@ fn lookup_bucketed(
             engine.stats.bucket_programs += 1;
             engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
             bound_cache(engine);
-            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, promoted: None, used: tick, runs: 0 });
+            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, promoted: None, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
             e
         }
     };
     engine.stats.bucket_shapes += 1;
     let call = Arc::new(BucketCall { geometry, uploaded: std::sync::OnceLock::new(), dims });
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), promoted: None, used: tick, runs: 0 });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), promoted: None, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
     Ok(Some(Looked::Entry(entry, Some(call))))
 }
 
@@ -1283,8 +1299,12 @@ fn compile_program(info: &OpInfo, text: String, tiering: Tiering, background: bo
     let quick = crate::runtime::takes_quick_tier(&text, tiering);
     let (qualified, base) = (info.qualified.clone(), info.base.clone());
     let compile = move || rt.compile(&qualified, &text, tiering).map_err(|e| format!("torchtpu: compiling {base} failed: {}\n{text}", e.message));
-    if background || fused::enabled() {
-        return Ok((compile_pool::submit(compile), quick));
+    // A user's kernel compiles at its call even in fused eager mode: its text is the user's
+    // (a compile error is a usage error, raised at the call).
+    let users_text = info.qualified == "torchtpu::stablehlo_kernel";
+    if background || (fused::enabled() && !users_text) {
+        let urgency = if background { Urgency::Ahead } else { Urgency::Needed };
+        return Ok((compile_pool::submit(urgency, compile), quick));
     }
     compile().map(|exe| (Program::compiled(exe), quick)).map_err(Error::runtime)
 }

@@ -155,6 +155,11 @@ impl Fused {
         self.graph.as_ref().is_some_and(|g| g.acc.is_some())
     }
 
+    /// The generation of the graph the next call is recorded into (unless it is cut first).
+    pub fn next_generation(&self) -> u64 {
+        self.graph.as_ref().map_or(self.generation + 1, |g| g.generation)
+    }
+
     /// The graph to record a call on `device` into: a graph of another device, or a full
     /// one, runs first.
     pub fn graph(&mut self, device: i32) -> Result<&mut Graph, Error> {
@@ -221,7 +226,7 @@ impl Fused {
                 let tiering = if g.ops.iter().all(|op| op.quick) { Tiering::Quick } else { Tiering::Full };
                 *state = match compose(g, live, &plan) {
                     Some(text) => Fusing::Compiling(
-                        compile_pool::submit(move || runtime().map_err(|e| e.to_string())?.compile("torchtpu::fused", &text, tiering).map_err(|e| e.message)),
+                        compile_pool::submit(compile_pool::Urgency::Ahead, move || runtime().map_err(|e| e.to_string())?.compile("torchtpu::fused", &text, tiering).map_err(|e| e.message)),
                         0,
                     ),
                     None => Fusing::Never,

@@ -180,13 +180,15 @@ impl QuickTier {
         QuickTier { overrides, options }
     }
 
-    /// Drops the option an error names as unknown; false when the error is about something else.
+    /// Drops the option an error names as unknown; false when the error is about something
+    /// else. (Another thread's compile may have dropped it already: then the current options
+    /// are to be retried.)
     fn drop_unknown(&mut self, error: &pjrt::Error, base: &[u8]) -> bool {
-        let before = self.overrides.len();
-        self.overrides.retain(|(name, _)| !error.message.contains(&format!("No such compile option: '{name}'")));
-        if self.overrides.len() == before {
+        let unknown = |name: &str| error.message.contains(&format!("No such compile option: '{name}'"));
+        if !QUICK_TIER.iter().any(|(name, _)| unknown(name)) {
             return false;
         }
+        self.overrides.retain(|(name, _)| !unknown(name));
         self.options = (!self.overrides.is_empty()).then(|| pjrt::with_option_overrides(base, &self.overrides));
         true
     }
