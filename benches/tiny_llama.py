@@ -2,7 +2,7 @@
 measured in the same run (the FACTS.md configuration: vocab 1000, hidden 128, 2 layers,
 4 heads, 2 kv heads, batch 4 x 128, AdamW).
 
-    python benches/tiny_llama.py [--steps 13] [--inductor] [--cores 1]
+    python benches/tiny_llama.py [--steps 24] [--inductor] [--cores 1]
 
 Every run gets the same cores: the process is pinned to `--cores` cores (XLA's thread pool
 included) and torch uses as many threads.
@@ -108,16 +108,17 @@ def run(device, steps, compile_backend=None, seed=0):
         times.append(time.perf_counter() - t0)
         if grads is None:  # step 0's gradients (same weights, same batch everywhere), outside the timing
             grads = [p.grad.detach().cpu().clone() for p in model.parameters()]
-    # Steady state: past the warm-up steps (compiles; fused eager runs a step's fused program
-    # from the structure's eighth time on, step 7: step 0 also creates AdamW's state).
-    steady = times[8:] if len(times) > 9 else times[1:] or times
+    # Steady state: the last 10 steps, past the warm-up (compiles; in fused eager the step's
+    # bucketed shapes take their exact programs in its first steps, then its structure runs
+    # as one fused program from its eighth time on: step 13 here).
+    steady = times[-10:] if len(times) > 12 else times[1:] or times
     tok_s = inp.numel() / (sum(steady) / len(steady))
     return losses, tok_s, times[0], grads
 
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--steps", type=int, default=24)
     p.add_argument("--inductor", action="store_true", help="also time torch.compile(inductor) on CPU (slow to compile)")
     p.add_argument("--cores", type=int, default=1, help="cores the process may use (torch threads and XLA's)")
     p.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)

@@ -35,14 +35,17 @@ def test_repeated_graph_runs_fused_with_strict_values(fused):
     ref = chain(xs, ws, bs)
     x, w, b = xs.to(TPU), ws.to(TPU), bs.to(TPU)
     before = fused_stats()
-    for _ in range(9):
+    for _ in range(20):
         got = chain(x, w, b)
         for g, r in zip(got, ref):
             torch.testing.assert_close(g.cpu(), r, atol=1e-5, rtol=1e-5)
     after = fused_stats()
-    assert after["graphs"] - before["graphs"] >= 9
+    assert after["graphs"] - before["graphs"] >= 20
     # The third run starts the fused program's compile on a worker thread; the runs go on op
     # by op until the eighth, which waits for the program and runs it (so do the next ones).
+    # Where earlier tests left bucketed programs serving these shapes, they first take their
+    # exact programs (each in its third graph in a row; an exact result's storage is new to
+    # the next op, whose shape then does the same: here the structure settles at run 8).
     assert after["fused_runs"] - before["fused_runs"] >= 2
     assert torch.tpu.is_fused_eager()
 
