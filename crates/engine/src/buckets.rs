@@ -42,8 +42,9 @@ pub const PROMOTE_CALLS: u32 = 16;
 
 /// In fused eager mode a shape is promoted by graphs rather than calls: its own program
 /// compiles when it is in its PROMOTE_GRAPHS-th graph in a row and takes over in the next one,
-/// so a repeating graph settles on exact programs by its fourth run, before it is fused (the
-/// gathers would stay in the fused program). Graphs count as in a row when at most
+/// so a repeating graph settles on exact programs before it is fused (the gathers would stay
+/// in the fused program). An exact program's result is stored at its own size, new to the
+/// next op's key, whose count starts then: a chain of such ops settles one op per two graphs. Graphs count as in a row when at most
 /// RECENT_GRAPHS apart: a step cut into a few graphs still counts each step, while a decoding
 /// step's shapes, met again only in the next `generate` call, never count twice.
 pub const PROMOTE_GRAPHS: u32 = 2;

@@ -164,7 +164,7 @@ pub fn wait_all() {
     }
     let mut q = queue();
     loop {
-        // Programs whose compile a waiting thread took are skipped.
+        // A queued program counts until it is compiled, by a worker or by a waiting thread.
         let pending = q.needed.iter().chain(&q.ahead).any(|p| p.done.get().is_none());
         if !pending && q.running == 0 {
             return;

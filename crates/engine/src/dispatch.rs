@@ -573,7 +573,7 @@ fn lookup(
         // in the last place, and a script run twice must give the same numbers).
         let (due, takes_over) = if fused::enabled() {
             // By graphs in a row: a fused program is composed of its ops' programs, and its
-            // structure must settle before the structure's third run (fused.rs).
+            // structure must stop changing for it to be fused (fused.rs).
             let graph = engine.fused.next_generation();
             let first_in_graph = graph != c.last_graph;
             if first_in_graph {
