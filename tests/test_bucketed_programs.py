@@ -279,3 +279,44 @@ def test_copies_into_new_tensors_hold_a_bucket(tmp_path):
     """, tmp_path)
     assert got["bad"] == []
     assert got["misses"] <= 45
+
+
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_chain_of_promoted_shapes_settles_together(tmp_path, mode):
+    # A promoted shape's own program stores its result as the bucketed program did (flat, at
+    # the bucket's capacity), so the next op's key, and its count, stay: the chain's shapes are
+    # promoted together and nothing compiles once they have taken over.
+    got = run(f"""
+        fused = {mode == "fused"}
+        torch.tpu.set_fused_eager(fused)
+        base = torch.randn(50, 7)
+        d = base.to("tpu")
+        def chain(x):
+            return ((x + 1) * 2).tanh()
+        for n in (1, 2):  # each op family's exact shapes: later ones are bucketed
+            chain(d[:n]).cpu()
+        p0, m0 = stats()["bucket_promoted"], stats()["misses"]
+        promoted, misses = [], []
+        for step in range(40 if not fused else 16):
+            r = chain(d[:3])
+            if fused:
+                r.cpu()  # one graph per step
+            s = stats()
+            promoted.append(s["bucket_promoted"] - p0)
+            misses.append(s["misses"] - m0)
+        same(r, chain(base[:3]), "chain")
+        print(json.dumps({{"bad": bad, "promoted": promoted, "misses": misses, "fused_runs": stats()["fused"]["fused_runs"]}}))
+    """, tmp_path)
+    assert got["bad"] == []
+    promoted, misses = got["promoted"], got["misses"]
+    # The three shapes start on bucketed programs (three compiles) and are promoted together:
+    # strict eager at their tenth call, fused eager in their second graph. Nothing compiles
+    # after that: each op's own program reads its input as the bucketed program left it.
+    # (Before, each takeover changed the next op's key, which started over on a bucketed
+    # program: one op of the chain settled per promotion.)
+    first = 9 if mode == "strict" else 1
+    assert promoted == [0] * first + [3] * (len(promoted) - first), promoted
+    assert misses == [3] * first + [6] * (len(misses) - first), misses
+    if mode == "fused":
+        # Settled from the third graph, fused from the structure's eighth run on.
+        assert got["fused_runs"] == 7, got

@@ -258,3 +258,21 @@ def test_fused_programs_take_their_ops_tier(tmp_path):
     fused = [line for line in p.stderr.splitlines() if line.startswith("torchtpu: compile torchtpu::fused")]
     assert len(fused) == 2, p.stderr
     assert fused[0].endswith("(compiled, quick tier)") and fused[1].endswith("(compiled)"), fused
+
+
+def test_a_call_before_the_device_starts_outranks_the_environment():
+    # TORCHTPU_FUSED_EAGER=1 is read when first needed; turning the mode off before any device
+    # work must hold (the variable once turned it back on as the engine started).
+    code = ("import torch, torchtpu\n"
+            "torch.tpu.set_fused_eager(False)\n"
+            "y = (torch.ones(3, device='tpu') + 1).cpu()\n"
+            "print(torch.tpu.is_fused_eager(), torch.tpu.compile_stats()['fused']['graphs'])\n")
+    for value, want in (("1", "False 0"), ("0", "False 0")):
+        env = {**os.environ, "TORCHTPU_FUSED_EAGER": value}
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split() == want.split()
+    env = {**os.environ, "TORCHTPU_FUSED_EAGER": "1"}
+    p = subprocess.run([sys.executable, "-c", code.replace("set_fused_eager(False)\n", "")], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[0] == "True"

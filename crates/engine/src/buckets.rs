@@ -43,9 +43,9 @@ pub const PROMOTE_CALLS: u32 = 16;
 /// In fused eager mode a shape is promoted by graphs rather than calls: its own program
 /// compiles when it is in its PROMOTE_GRAPHS-th graph in a row and takes over in the next one,
 /// so a repeating graph settles on exact programs before it is fused (the gathers would stay
-/// in the fused program). An exact program's result is stored at its own size, new to the
-/// next op's key, whose count starts then: a chain of such ops settles one op per two graphs. Graphs count as in a row when at most
-/// RECENT_GRAPHS apart: a step cut into a few graphs still counts each step, while a decoding
+/// in the fused program). A promoted program stores its results as the bucketed one did
+/// (pad_flat), so the next op's key and count stay: a chain of ops settles together. Graphs
+/// count as in a row when at most RECENT_GRAPHS apart: a step cut into a few graphs still counts each step, while a decoding
 /// step's shapes, met again only in the next `generate` call, never count twice.
 pub const PROMOTE_GRAPHS: u32 = 2;
 pub const RECENT_GRAPHS: u64 = 8;
@@ -298,6 +298,20 @@ pub fn flatten(cx: &mut Cx, v: Value, geo: Value, at: usize, dims: &[i64], cap: 
     let Some(pos) = pos else { return flat };
     let pos = cx.reshape(pos, &[cap, 1]);
     cx.gather(flat, pos, &gather_dims(1), &[1], false)
+}
+
+/// A result as a flat buffer of `cap` elements: its elements in row-major order, then zeros
+/// (how an exact program stores a shape a bucketed program served: bucketed programs read
+/// real lanes only, exact ones their view of the buffer).
+pub fn pad_flat(cx: &mut Cx, v: Value, cap: i64) -> Value {
+    let n = cx.numel(v);
+    let flat = cx.reshape(v, &[n]);
+    if cap <= n {
+        return flat;
+    }
+    let dtype = cx.dtype(v);
+    let zeros = cx.full(0.0, dtype, &[cap - n]);
+    cx.concatenate(&[flat, zeros], 0)
 }
 
 #[cfg(test)]

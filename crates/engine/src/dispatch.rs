@@ -135,19 +135,28 @@ pub struct Stats {
 }
 
 /// A cached executable and the engine tick of its last use; for a shape served by a bucketed
-/// program, that shape's geometry and result sizes.
+/// program, that shape's geometry and result sizes (kept once its own program takes over:
+/// that program stores its results as the bucketed one did).
 struct Cached {
     entry: Arc<Entry>,
     bucket: Option<Arc<BucketCall>>,
-    /// A bucketed shape's own program, compiling on a worker thread until it takes over
-    /// (buckets::PROMOTE_AFTER).
-    promoted: Option<Arc<Entry>>,
+    promotion: Promotion,
     used: u64,
     /// Calls served from this entry.
     runs: u32,
     /// Fused eager mode: graphs in a row that held a call of it, and the last of them.
     graphs: u32,
     last_graph: u64,
+}
+
+/// Where a shape served by a bucketed program stands on the way to its own program.
+enum Promotion {
+    /// Served by the bucketed program.
+    NotYet,
+    /// Its own program compiles on a worker thread until it takes over (buckets::PROMOTE_AFTER).
+    Compiling(Arc<Entry>),
+    /// Its own program serves it.
+    Done,
 }
 
 /// One exact shape run by a bucketed program (buckets.rs).
@@ -193,10 +202,7 @@ static ENGINE: EngineLock<Option<Engine>> = unsafe { EngineLock::new(None) };
 
 fn with_engine<R>(f: impl FnOnce(&mut Engine) -> R) -> R {
     let mut g = ENGINE.lock();
-    let e = g.data().get_or_insert_with(|| {
-        fused::init_from_env();
-        Engine { ops: Vec::new(), fused: fused::Fused::default(), cache: HashMap::default(), families: HashMap::default(), tick: 0, stats: Stats::default() }
-    });
+    let e = g.data().get_or_insert_with(|| Engine { ops: Vec::new(), fused: fused::Fused::default(), cache: HashMap::default(), families: HashMap::default(), tick: 0, stats: Stats::default() });
     f(e)
 }
 
@@ -584,19 +590,19 @@ fn lookup(
         } else {
             (c.runs == buckets::PROMOTE_AFTER + 1, c.runs > buckets::PROMOTE_AFTER + buckets::PROMOTE_CALLS)
         };
-        if c.bucket.is_some() && takes_over {
-            if let Some(exact) = c.promoted.take() {
-                (c.entry, c.bucket) = (exact, None);
+        if takes_over && matches!(c.promotion, Promotion::Compiling(_)) {
+            if let Promotion::Compiling(exact) = std::mem::replace(&mut c.promotion, Promotion::Done) {
+                c.entry = exact;
             }
         }
         let looked = Looked::Entry(c.entry.clone(), c.bucket.clone());
-        if c.bucket.is_some() && due && c.promoted.is_none() {
+        if c.bucket.is_some() && due && matches!(c.promotion, Promotion::NotYet) {
             let t0 = Instant::now();
             if let Ok(Built::Entry(exact)) = build(info, f, specialize, args, scan, held, sizing, true) {
                 engine.stats.bucket_promoted += 1;
                 engine.stats.misses += 1;
                 engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
-                engine.cache.get_mut(key).expect("the entry just used").promoted = Some(Arc::new(exact));
+                engine.cache.get_mut(key).expect("the entry just used").promotion = Promotion::Compiling(Arc::new(exact));
             }
         }
         return Ok(looked);
@@ -614,7 +620,7 @@ fn lookup(
     engine.stats.misses += 1;
     engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
     bound_cache(engine);
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, promoted: None, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: None, promotion: Promotion::NotYet, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
     Ok(Looked::Entry(entry, None))
 }
 
@@ -686,13 +692,13 @@ fn lookup_bucketed(
             engine.stats.bucket_programs += 1;
             engine.stats.compile_seconds += t0.elapsed().as_secs_f64();
             bound_cache(engine);
-            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, promoted: None, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
+            engine.cache.insert(layout.into_boxed_slice(), Cached { entry: e.clone(), bucket: None, promotion: Promotion::NotYet, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
             e
         }
     };
     engine.stats.bucket_shapes += 1;
     let call = Arc::new(BucketCall { geometry, uploaded: std::sync::OnceLock::new(), dims });
-    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), promoted: None, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
+    engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), promotion: Promotion::NotYet, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
     Ok(Some(Looked::Entry(entry, Some(call))))
 }
 
@@ -999,10 +1005,11 @@ impl Outputs {
 }
 
 /// Lowers one call into a program and compiles it, in these steps.
-/// `background`: its program compiles on a worker thread (as every program does in fused
-/// eager mode).
+/// `promotion`: the program of a shape a bucketed program served (lookup): it compiles on a
+/// worker thread, and stores its new results as the bucketed program did (flat, at their
+/// bucket's capacity), so that the ops reading them keep their keys and their counts.
 #[allow(clippy::too_many_arguments)]
-fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing, background: bool) -> Result<Built, Error> {
+fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg], scan: &Scan, held: &Held, sizing: Sizing, promotion: bool) -> Result<Built, Error> {
     let mut b = Builder::new(scan, held, specialize);
     let lowered = b.lower_call(info, f, args, sizing)?;
     let mut outs = lowered.into_iter();
@@ -1015,6 +1022,14 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     } else {
         Tiering::Largest
     };
+    if promotion {
+        for (v, spec) in o.results.iter_mut().zip(o.specs.iter_mut()) {
+            if let OutSpec::New { dims, .. } = spec {
+                *v = buckets::pad_flat(&mut b.cx, *v, buckets::capacity(dims));
+                *dims = b.cx.dims(*v);
+            }
+        }
+    }
     b.append_written_bases(&mut o);
     let (host_checks, checks) = b.attach_checks(info, &mut o.results)?;
     let feeds = b.ordered_feeds();
@@ -1025,7 +1040,7 @@ fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg],
     let constants = constant_scalars(&text, o.specs.len());
     let (exe, quick) = match module_override {
         Some(module) => (compile_module(info, &module)?, false),
-        None => compile_program(info, text, tiering, background)?,
+        None => compile_program(info, text, tiering, promotion)?,
     };
     Ok(Built::Entry(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
@@ -1419,9 +1434,10 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
     }
     let rt = runtime()?;
     let device = scan.device;
+    // (A promoted shape's own program has no geometry: its bucket call gives result sizes.)
     let kept_geometry = match bucket {
-        Some(call) => call.kept(device)?,
-        None => None,
+        Some(call) if entry.feeds.iter().any(|f| matches!(f, Feed::Geometry)) => call.kept(device)?,
+        _ => None,
     };
     // Owned uploads first, so that the references below stay valid.
     let mut owned: Vec<pjrt::Buffer> = Vec::new();
@@ -1459,7 +1475,8 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
         match spec {
             OutSpec::New { dtype, dims } => {
                 let bytes = dims.iter().product::<i64>() * dtype.size() as i64;
-                // A bucketed program's result holds its bucket: the tensor has its real sizes.
+                // A bucketed program's result (or its promoted shape's) holds its bucket: the
+                // tensor has its real sizes.
                 let shown = bucket.map_or(dims, |s| &s.dims[i]);
                 let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
                 let stored = Stored::ready(DevBuf::new(buf, bytes, device), *dtype, dims.clone());

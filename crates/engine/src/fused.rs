@@ -16,26 +16,31 @@ use crate::error::Error;
 use crate::runtime::{runtime, Tiering};
 use lowerings::DType;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-static ON: AtomicBool = AtomicBool::new(false);
+/// Whether calls are recorded: UNSET until the environment is read or a call sets it.
+static MODE: AtomicU8 = AtomicU8::new(UNSET);
+const UNSET: u8 = 0;
+const OFF: u8 = 1;
+const ON: u8 = 2;
 
-/// Whether calls are recorded (set from the environment at start, or by `set_enabled`).
+/// Whether calls are recorded (TORCHTPU_FUSED_EAGER, read at the first question, unless
+/// `set_enabled` said first: a call before the device starts is not undone by the variable).
 pub fn enabled() -> bool {
-    ON.load(Ordering::Relaxed)
+    match MODE.load(Ordering::Relaxed) {
+        UNSET => {
+            let on = std::env::var("TORCHTPU_FUSED_EAGER").is_ok_and(|v| !v.is_empty() && v != "0");
+            let _ = MODE.compare_exchange(UNSET, if on { ON } else { OFF }, Ordering::Relaxed, Ordering::Relaxed);
+            MODE.load(Ordering::Relaxed) == ON
+        }
+        mode => mode == ON,
+    }
 }
 
 /// Turns recording on or off; the caller runs what was recorded when turning it off.
 pub fn set_enabled(on: bool) {
-    ON.store(on, Ordering::Relaxed);
-}
-
-/// Reads TORCHTPU_FUSED_EAGER once, when the engine starts.
-pub fn init_from_env() {
-    if std::env::var("TORCHTPU_FUSED_EAGER").is_ok_and(|v| !v.is_empty() && v != "0") {
-        set_enabled(true);
-    }
+    MODE.store(if on { ON } else { OFF }, Ordering::Relaxed);
 }
 
 /// Ops a graph holds at most before it runs (TORCHTPU_FUSED_MAX_OPS, default 512): a longer
