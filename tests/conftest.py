@@ -18,6 +18,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _eager_mode():
+    # A test that switches fused eager mode on or off leaves the next ones in the default (or
+    # TORCHTPU_FUSED_EAGER's) mode.
+    was = torch.tpu.is_fused_eager()
+    yield
+    if torch.tpu.is_fused_eager() != was:
+        torch.tpu.set_fused_eager(was)
+
+
 # Files of long end-to-end runs (several processes, whole training or serving loops): run first,
 # so that the parallel workers do not end with one of them running alone.
 LONG_FIRST = ("test_torchtitan.py", "test_probe.py", "test_conformance.py", "test_ray_train.py",

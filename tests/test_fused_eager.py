@@ -13,11 +13,8 @@ from helpers import TPU
 
 @pytest.fixture
 def fused():
+    # (conftest.py restores the mode the test started in.)
     torch.tpu.set_fused_eager(True)
-    try:
-        yield
-    finally:
-        torch.tpu.set_fused_eager(False)
 
 
 def fused_stats():
@@ -261,7 +258,7 @@ def test_fused_programs_take_their_ops_tier(tmp_path):
 
 
 def test_a_call_before_the_device_starts_outranks_the_environment():
-    # TORCHTPU_FUSED_EAGER=1 is read when first needed; turning the mode off before any device
+    # TORCHTPU_FUSED_EAGER is read when first needed; turning the mode off before any device
     # work must hold (the variable once turned it back on as the engine started).
     code = ("import torch, torchtpu\n"
             "torch.tpu.set_fused_eager(False)\n"
@@ -272,7 +269,11 @@ def test_a_call_before_the_device_starts_outranks_the_environment():
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
         assert p.returncode == 0, p.stderr
         assert p.stdout.split() == want.split()
-    env = {**os.environ, "TORCHTPU_FUSED_EAGER": "1"}
-    p = subprocess.run([sys.executable, "-c", code.replace("set_fused_eager(False)\n", "")], capture_output=True, text=True, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split()[0] == "True"
+    # Fused is the default; TORCHTPU_FUSED_EAGER=0 picks strict eager.
+    for value, want in (("1", "True"), ("", "True"), (None, "True"), ("0", "False")):
+        env = {k: v for k, v in os.environ.items() if k != "TORCHTPU_FUSED_EAGER"}
+        if value is not None:
+            env["TORCHTPU_FUSED_EAGER"] = value
+        p = subprocess.run([sys.executable, "-c", code.replace("torch.tpu.set_fused_eager(False)\n", "")], capture_output=True, text=True, env=env, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.split()[0] == want, (value, p.stdout)

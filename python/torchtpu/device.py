@@ -389,7 +389,8 @@ def compile_stats():
 
 
 def set_fused_eager(enabled=True):
-    """Fused eager mode on or off (also TORCHTPU_FUSED_EAGER=1 at start). Ops are recorded
+    """Fused eager mode (the default) on, or off for strict eager, which runs each op's program
+    at its call (also TORCHTPU_FUSED_EAGER=0 before the device starts). Ops are recorded
     instead of run, and run when a value is needed (a read to the host such as .item(),
     .cpu() or print, torch.tpu.synchronize, an op with device-side checks, a data-dependent
     size, 512 ops): the first times a graph of ops is met, op by op with each op's program as
