@@ -14,6 +14,9 @@ if [ -z "$SKIP_SMALL" ]; then
   timeout 120 python3 benches/h200_llama.py --tiny --runs tpu --batch 2 --seq 128 --steps 4 --child-timeout 100 \
     --platform "$TORCHTPU_PLATFORM" 2>&1 | tee "$OUT/tiny.txt"
 fi
+# float8: torch._scaled_mm against a bf16 matmul of the same size (issue 16), and a custom
+# kernel's call overhead.
+timeout 120 python3 benches/low_precision.py --size "${MATMUL_SIZE:-8192}" 2>&1 | tee "$OUT/low_precision.txt"
 # COMPILE_STEP=1: compile the whole training step (optimizer included) in the compiled runs.
 timeout "${BIG_TIMEOUT:-400}" python3 benches/h200_llama.py --steps "${STEPS:-8}" --runs "${RUNS:-tpu,cuda,inductor}" \
   --child-timeout "${CHILD_TIMEOUT:-200}" --platform "$TORCHTPU_PLATFORM" ${COMPILE_STEP:+--compile-step} 2>&1 | tee "$OUT/llama.txt"

@@ -5,6 +5,7 @@
 - torch._scaled_mm (float8 operands, tensor-wise scales) against a bf16 matmul of the same size.
   On the CPU plugin float8 is emulated, so only the GPU/TPU figures say anything about speed.
 """
+import argparse
 import os
 import time
 
@@ -29,7 +30,13 @@ def per_call_us(fn, n):
 
 
 def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--size", type=int, default=1024, help="the matmuls' n (n x n by n x n)")
+    args = p.parse_args()
     torch.set_num_threads(1)
+    # Strict eager: each call runs its program (fused eager would run only the last of a loop's
+    # matmuls, whose result alone is read).
+    torch.tpu.set_fused_eager(False)
     print(f"platform: {torch.tpu.get_device_name()}")
     x = torch.randn(4, 8, device="tpu")
     sine = kernels.stablehlo_op("bench::sine", lambda t: f"""
@@ -50,7 +57,7 @@ func.func @main(%x: {kernels.mlir_type(t)}) -> {kernels.mlir_type(t)} {{
         print(f"x * sin(y) + 1 on 4x8, three aten ops  : {fused:8.2f} us/call")
         print(f"the same as a jax.export module        : {exported:8.2f} us/call  ({exported / fused:.2f}x)")
 
-    n = 1024
+    n = args.size
     a = torch.randn(n, n, device="tpu")
     b = torch.randn(n, n, device="tpu")
     a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t().contiguous().t()

@@ -24,8 +24,10 @@ def same(got, want, what):
 """
 
 
-def run(code, tmp_path, on=True):
+def run(code, tmp_path, on=True, strict=False):
     env = dict(os.environ, TORCHTPU_BUCKET_PROGRAMS="1" if on else "0", TORCHTPU_CACHE_DIR=str(tmp_path))
+    if strict:  # strict eager's promotion by calls (fused eager, the default, promotes by graphs)
+        env["TORCHTPU_FUSED_EAGER"] = "0"
     p = subprocess.run([sys.executable, "-c", PRELUDE + textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -132,7 +134,7 @@ def test_a_shape_served_often_gets_its_exact_program(tmp_path):
         same(r, base[:3] + 1, "promoted")
         s = stats()
         print(json.dumps({"bad": bad, "promoted": s["bucket_promoted"], "misses": s["misses"] - m0}))
-    """, tmp_path)
+    """, tmp_path, strict=True)
     assert got["bad"] == []
     assert got["promoted"] == 1 and got["misses"] == 1
 
