@@ -98,8 +98,8 @@ def main():
         return child(sys.argv[2], sys.argv[3])
     print("first-seen programs of one tiny-Llama training step (eager, forward + backward + AdamW):")
     cpu = measure("train", "cpu")
-    rows = [("quick tier off", measure("train", "tpu", quick=False, buckets=False)), ("buckets on", measure("train", "tpu")),
-            ("fused eager", measure("train", "tpu", fused=True))]
+    rows = [("quick tier off", measure("train", "tpu", quick=False, buckets=False)), ("strict eager", measure("train", "tpu")),
+            ("fused (default)", measure("train", "tpu", fused=True))]
     for name, r in rows:
         print(f"  {name:<15} {len(r['compile_ms']):4d} programs  {spread(r['compile_ms'])}  step {r['seconds']:5.2f} s "
               f"({r['seconds'] / cpu['seconds']:.0f}x torch CPU's {cpu['seconds']:.2f} s)")
@@ -108,7 +108,7 @@ def main():
     cpu = measure("generate", "cpu")
     print(f"  torch CPU       first {cpu['first']:6.2f} s  second {cpu['second']:6.2f} s")
     for name, quick, buckets, fused in [("quick tier off", False, False, False), ("buckets off", True, False, False),
-                                        ("buckets on", True, True, False), ("fused eager", True, True, True)]:
+                                        ("strict eager", True, True, False), ("fused (default)", True, True, True)]:
         r = measure("generate", "tpu", quick, buckets, fused)
         same = "same tokens as CPU" if r["tokens"] == cpu["tokens"] else "TOKENS DIFFER FROM CPU"
         print(f"  {name:<15} first {r['first']:6.2f} s ({r['first'] / cpu['first']:5.1f}x CPU)  second {r['second']:6.2f} s "

@@ -267,6 +267,38 @@ def test_attention_over_padded_heads_and_keys(tmp_path):
     assert got["bucketed"] > 50
 
 
+def test_bucketed_attention_does_not_cut_a_fused_graph(tmp_path):
+    # SDPA returns the query and key lengths as numbers, which PyTorch reads: from the exact
+    # shape's program they are constants, and a bucketed call keeps them, so the read runs
+    # nothing. (It once ran the recorded graph at each bucketed call: a decoding step was cut
+    # between its layers, and each step's KV shapes, met in two graphs, were promoted.)
+    got = run("""
+        import torch.nn.functional as F
+        torch.tpu.set_fused_eager(True)
+        k_all, v_all = torch.randn(1, 2, 40, 8), torch.randn(1, 2, 40, 8)
+        kd_all, vd_all = k_all.to("tpu"), v_all.to("tpu")
+        q = torch.randn(1, 2, 1, 8)
+        qd = q.to("tpu")
+        f0, p0 = stats()["fused"], stats()["bucket_promoted"]
+        for s in range(10, 30):
+            x = qd
+            for layer in range(2):  # two layers' attention in one step, then one read
+                x = F.scaled_dot_product_attention(x, kd_all[:, :, :s], vd_all[:, :, :s]) * 2
+            want = q
+            for layer in range(2):
+                want = F.scaled_dot_product_attention(want, k_all[:, :, :s], v_all[:, :, :s]) * 2
+            same(x, want, f"step {s}")
+        f = stats()["fused"]
+        print(json.dumps({"bad": bad, "graphs": f["graphs"] - f0["graphs"], "reads": f["cuts"].get("read", 0) - f0["cuts"].get("read", 0),
+                          "bucketed": stats()["bucket_shapes"], "promoted": stats()["bucket_promoted"] - p0}))
+    """, tmp_path)
+    assert got["bad"] == []
+    assert got["bucketed"] > 10
+    # One graph per step, and no step's shapes promoted (each is met in one graph).
+    assert got["graphs"] == got["reads"] == 20, got
+    assert got["promoted"] == 0, got
+
+
 def test_copies_into_new_tensors_hold_a_bucket(tmp_path):
     got = run("""
         src_c = torch.randn(70, 3); src_d = src_c.to("tpu")

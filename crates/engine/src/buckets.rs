@@ -45,8 +45,9 @@ pub const PROMOTE_CALLS: u32 = 16;
 /// so a repeating graph settles on exact programs before it is fused (the gathers would stay
 /// in the fused program). A promoted program stores its results as the bucketed one did
 /// (pad_flat), so the next op's key and count stay: a chain of ops settles together. Graphs
-/// count as in a row when at most RECENT_GRAPHS apart: a step cut into a few graphs still counts each step, while a decoding
-/// step's shapes, met again only in the next `generate` call, never count twice.
+/// count as in a row when at most RECENT_GRAPHS apart: a step cut into a few graphs still
+/// counts each step, while a decoding step's shapes, met again only in the next `generate`
+/// call, never count twice.
 pub const PROMOTE_GRAPHS: u32 = 2;
 pub const RECENT_GRAPHS: u64 = 8;
 

@@ -166,6 +166,9 @@ pub struct BucketCall {
     uploaded: std::sync::OnceLock<(i32, pjrt::Buffer)>,
     /// The real sizes of the program's new results, in order.
     dims: Vec<Vec<i64>>,
+    /// The constant numbers the exact shape's program returns (Entry::constants): the bucketed
+    /// program computes them from the geometry, so a read of one would run a recorded graph.
+    constants: Vec<Option<[u8; 8]>>,
 }
 
 impl BucketCall {
@@ -590,10 +593,9 @@ fn lookup(
         } else {
             (c.runs == buckets::PROMOTE_AFTER + 1, c.runs > buckets::PROMOTE_AFTER + buckets::PROMOTE_CALLS)
         };
-        if takes_over && matches!(c.promotion, Promotion::Compiling(_)) {
-            if let Promotion::Compiling(exact) = std::mem::replace(&mut c.promotion, Promotion::Done) {
-                c.entry = exact;
-            }
+        if let (true, Promotion::Compiling(exact)) = (takes_over, &c.promotion) {
+            c.entry = exact.clone();
+            c.promotion = Promotion::Done;
         }
         let looked = Looked::Entry(c.entry.clone(), c.bucket.clone());
         if c.bucket.is_some() && due && matches!(c.promotion, Promotion::NotYet) {
@@ -664,10 +666,10 @@ fn lookup_bucketed(
         bucket_key_arg(&mut layout, a, specialize, scan, held, false);
     }
     // The exact shapes' lowering, not compiled: PyTorch's errors, out= resizes, result sizes.
-    let dims = match dry_run(info, f, specialize, args, scan, held)? {
+    let (dims, constants) = match dry_run(info, f, specialize, args, scan, held)? {
         Dry::Resize(i, dims) => return Ok(Some(Looked::Resize(i, dims))),
         Dry::Exact => return Ok(None),
-        Dry::Results(dims) => dims,
+        Dry::Results(dims, constants) => (dims, constants),
     };
     let mut geometry = Vec::new();
     buckets::input_geometry(args, &mut geometry);
@@ -697,7 +699,7 @@ fn lookup_bucketed(
         }
     };
     engine.stats.bucket_shapes += 1;
-    let call = Arc::new(BucketCall { geometry, uploaded: std::sync::OnceLock::new(), dims });
+    let call = Arc::new(BucketCall { geometry, uploaded: std::sync::OnceLock::new(), dims, constants });
     engine.cache.insert(key.to_vec().into_boxed_slice(), Cached { entry: entry.clone(), bucket: Some(call.clone()), promotion: Promotion::NotYet, used: tick, runs: 0, graphs: 1, last_graph: engine.fused.next_generation() });
     Ok(Some(Looked::Entry(entry, Some(call))))
 }
@@ -1086,8 +1088,8 @@ enum Dry {
     Resize(usize, Vec<i64>),
     /// The lowering adds checks or replaces the module: not for a bucketed program.
     Exact,
-    /// The sizes of the new results.
-    Results(Vec<Vec<i64>>),
+    /// The sizes of the new results, and their constants (Entry::constants).
+    Results(Vec<Vec<i64>>, Vec<Option<[u8; 8]>>),
 }
 
 /// Lowers the call at its exact shapes without compiling (see lookup_bucketed).
@@ -1103,7 +1105,9 @@ fn dry_run(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg
     if !b.cx.checks.is_empty() || b.cx.module_override.is_some() {
         return Ok(Dry::Exact);
     }
-    Ok(Dry::Results(o.specs.iter().map(|s| s.dims().to_vec()).collect()))
+    let n = o.specs.len();
+    let constants = constant_scalars(&b.cx.b.finish_with_aliases(&o.results, &[]), n);
+    Ok(Dry::Results(o.specs.iter().map(|s| s.dims().to_vec()).collect(), constants))
 }
 
 /// Lowers and compiles the bucketed program of a call (buckets.rs); None if the op's lowering does
@@ -1543,10 +1547,12 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
             OutSpec::New { .. } => {
                 let shown = bucket.map_or(&dims, |s| &s.dims[i]).clone();
                 let nbytes = shown.iter().product::<i64>() * dtype.size() as i64;
-                let stored = match entry.constants.get(i).copied().flatten() {
+                let constant = |c: &[Option<[u8; 8]>]| c.get(i).copied().flatten();
+                let stored = match constant(&entry.constants).or_else(|| bucket.and_then(|b| constant(&b.constants))) {
                     Some(bytes) => {
+                        // One element: a 0-d result, or its bucketed program's [1].
                         let n = dtype.size();
-                        let buf = DevBuf::new(upload(runtime()?, &bytes[..n], dtype, &[], device)?, n as i64, device);
+                        let buf = DevBuf::new(upload(runtime()?, &bytes[..n], dtype, &dims, device)?, n as i64, device);
                         Stored { constant: true, ..Stored::ready(buf, dtype, dims.clone()) }
                     }
                     None => stored,
