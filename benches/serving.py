@@ -88,7 +88,10 @@ def main():
     warm = time.perf_counter() - t0
     before = torch.tpu.compile_stats()
     tok_s, ttft = vllm_run(llm, reqs, a.tokens)
-    compiles = torch.tpu.compile_stats()["misses"] - before["misses"]
+    after = torch.tpu.compile_stats()
+    compiles = after["misses"] - before["misses"]
+    fused = {k: after["fused"][k] - before["fused"][k] for k in ("graphs", "fused_runs", "ops", "programs")}
+    cuts = {k: v - before["fused"]["cuts"].get(k, 0) for k, v in after["fused"]["cuts"].items()}
     mode = "eager" if a.eager else "compiled"
     print(f"{a.requests} requests x {a.tokens} tokens, Llama 4 x 256 (random), platform {torch.tpu.get_device_name()}")
     print(f"{'run':<34}{'output tok/s':>14}{'median TTFT s':>15}")
@@ -98,6 +101,10 @@ def main():
     print(f"engine start (warm-up included) {started:.1f} s, then the first pass {warm - started:.1f} s; "
           f"programs compiled (or loaded from the disk cache) in the first pass: {first}, in the timed pass: "
           f"{compiles}")
+    if torch.tpu.is_fused_eager():
+        print(f"fused eager in the timed pass: {fused['graphs']} graphs of {fused['ops']} ops, {fused['fused_runs']} run "
+              f"as one program, {fused['programs']} fused programs compiled; graphs cut by "
+              f"{ {k: v for k, v in cuts.items() if v} }")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ use crate::compile_pool;
 use crate::error::Error;
 use crate::runtime::{runtime, Tiering};
 use lowerings::DType;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -522,19 +522,41 @@ fn compose(g: &Graph, live: &[Vec<bool>], plan: &Plan) -> Option<String> {
             }
         }
     }
-    // Donations: an external buffer an op donated, read by no later op, into that op's result
-    // when the program returns it.
+    // Donations: an external buffer an op donated, read by no later op, into the result the
+    // program returns for it: that op's result, or where a later op updated that result in
+    // place in turn, the last of that chain's results (a KV cache written by every layer of a
+    // step: without it the program copied the whole cache each run).
     let mut last_reader = vec![0usize; plan.externals.len()];
     for (i, row) in plan.params.iter().enumerate() {
         for &e in row.iter().flatten() {
             last_reader[e] = i;
         }
     }
+    let mut updated_by: HashMap<(usize, usize), (usize, usize)> = HashMap::new();
+    for (j, p) in parsed.iter().enumerate() {
+        for &(param, r) in &p.aliases {
+            if let Input::Out(n, o) = g.ops[j].inputs[param] {
+                updated_by.entry((n, o)).or_insert((j, r));
+            }
+        }
+    }
     let mut donated: HashMap<usize, usize> = HashMap::new();
+    let mut taken: HashSet<usize> = HashSet::new();
     for (i, p) in parsed.iter().enumerate() {
         for &(param, r) in &p.aliases {
-            if let (Some(e), Some(&res)) = (plan.params[i][param], result_of.get(&(i, r))) {
-                if last_reader[e] == i && matches!(g.ops[i].inputs[param], Input::Ready(_)) && !donated.contains_key(&e) {
+            let Some(e) = plan.params[i][param] else { continue };
+            if last_reader[e] != i || !matches!(g.ops[i].inputs[param], Input::Ready(_)) || donated.contains_key(&e) {
+                continue;
+            }
+            let mut value = (i, r);
+            while !result_of.contains_key(&value) {
+                match updated_by.get(&value) {
+                    Some(&next) => value = next,
+                    None => break,
+                }
+            }
+            if let Some(&res) = result_of.get(&value) {
+                if returned[res].1 == p.params[param] && taken.insert(res) {
                     donated.insert(e, res);
                 }
             }
