@@ -37,6 +37,13 @@ class TpuSRTPlatform(SRTPlatform):
 
     def init_backend(self):
         _register_attention()  # in each worker process, before its model runner picks a backend
+        # SGLang fills its step buffers with one _foreach_copy_ from views that move through
+        # its token pool every step: one program per view offset, compiled at every decoding
+        # step. Pair by pair, each copy_ takes a program that reads its views' offsets at
+        # run time (eager mode's bucketed programs), so the steps settle.
+        from sglang.srt.model_executor import cuda_graph_buffer_registry
+
+        cuda_graph_buffer_registry._has_foreach_copy = False
 
     def apply_server_args_defaults(self, server_args):
         # The defaults SGLang gives its own CPU device, which needs no CUDA kernels either.
