@@ -146,6 +146,35 @@ def test_a_prompt_longer_than_max_model_len_gets_vllms_error(llama):
     assert len(out[0].outputs[0].token_ids) == 4
 
 
+def test_chunked_prefill_gives_hugging_faces_tokens(tmp_path, monkeypatch):
+    # At most 16 tokens a step: the 52-token prompt is prefilled in 4 chunks, each attending to
+    # the keys the earlier chunks wrote into the paged cache, alongside the other requests'
+    # prefills and decodes.
+    monkeypatch.setenv("TORCHTPU_VLLM_WARMUP", "0")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    model, tok = save_tiny("Llama", tmp_path)
+    llm = vllm.LLM(model=str(tmp_path), dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=4,
+                   max_num_batched_tokens=16, enable_chunked_prefill=True, kv_cache_memory_bytes=16 << 20, seed=0)
+    prompts = token_prompts(tok)
+    assert len(prompts[2]["prompt_token_ids"]) > 3 * 16
+    outs = llm.generate(prompts, vllm.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    for prompt, out in zip(prompts, outs):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
+
+
+def test_invalid_sampling_parameters_get_vllms_errors(llama):
+    llm = llama[3]
+    from vllm.exceptions import VLLMValidationError
+
+    with pytest.raises(VLLMValidationError, match="temperature must be non-negative"):
+        vllm.SamplingParams(temperature=-1.0)
+    # Checked by the engine against its configuration (at most 20 logprobs by default).
+    with pytest.raises(VLLMValidationError, match="logprobs"):
+        llm.generate([PROMPTS[0]], vllm.SamplingParams(logprobs=1000, max_tokens=2))
+    out = llm.generate([PROMPTS[0]], vllm.SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 4
+
+
 def test_an_unknown_model_path_gets_the_loaders_error(tmp_path):
     with pytest.raises(OSError, match="missing"):
         make_llm(tmp_path / "missing")
