@@ -118,3 +118,36 @@ def test_nested_compile_region_is_inlined():
     want.backward()
     torch.testing.assert_close(y.cpu(), want.detach())
     torch.testing.assert_close(w.grad.cpu(), wc.grad)
+
+
+def test_random_ops_in_a_while_loop_body_draw_anew_each_iteration():
+    # Each iteration draws a row of uniform numbers and a dropout mask into row i of the carried
+    # matrix; the program runs once (no eager fallback), and the seed decides the numbers.
+    def f(x):
+        def body(i, rows, kept):
+            r = torch.rand_like(x)
+            row = torch.nn.functional.dropout(torch.ones_like(x), p=0.5, training=True)
+            return i + 1, rows.index_copy(0, i.view(1), r[None]), kept.index_copy(0, i.view(1), row[None])
+
+        zeros = x.new_zeros(8, x.shape[0])
+        return while_loop(lambda i, rows, kept: i < 8, body, (torch.tensor(0, device=x.device), zeros, zeros.clone()))
+
+    g = compiled(f)
+    x = torch.zeros(4096, device=TPU)
+    torch.manual_seed(1)
+    _, rows, kept = (t.cpu() for t in g(x))
+    torch.manual_seed(1)
+    before = torch.tpu.compile_stats()["executions"]
+    _, again, kept_again = g(x)
+    again, kept_again = again.cpu(), kept_again.cpu()
+    assert torch.tpu.compile_stats()["executions"] - before == 1
+    _, other, _ = (t.cpu() for t in g(x))
+    assert torch.equal(rows, again) and torch.equal(kept, kept_again)
+    assert not torch.equal(rows, other)
+    # Every iteration's draws differ from every other's, and they are uniform on [0, 1).
+    assert all(not torch.equal(rows[a], rows[b]) for a in range(8) for b in range(a))
+    assert all(not torch.equal(kept[a], kept[b]) for a in range(8) for b in range(a))
+    assert rows.min() >= 0 and rows.max() < 1 and abs(rows.mean().item() - 0.5) < 0.01
+    # Dropout at p=0.5 keeps (and doubles) half: within 5 standard deviations of 8 x 4096 draws.
+    assert set(kept.unique().tolist()) <= {0.0, 2.0}
+    assert abs((kept > 0).float().mean().item() - 0.5) < 5 * (0.25 / kept.numel()) ** 0.5

@@ -83,6 +83,21 @@ def test_the_generator_advances_like_eager():
     assert not torch.equal(torch.tpu.get_rng_state(), offset)
 
 
+def test_an_explicit_generator_draws_what_eager_mode_draws():
+    # Dynamo breaks the graph at a random op given a torch.Generator (on every device): the op
+    # runs eagerly from that generator, between the compiled pieces, and advances it.
+    torch._dynamo.reset()
+    g = torch.Generator(device=TPU)
+    f = torch.compile(lambda t: (t * 2 + torch.randn(t.shape, device=t.device, generator=g)).sin(), backend="tpu")
+    t = torch.linspace(-1, 1, 64, device=TPU)
+    g.manual_seed(5)
+    got = [f(t).cpu() for _ in range(2)]
+    g.manual_seed(5)
+    want = [(t * 2 + torch.randn(t.shape, device=TPU, generator=g)).sin().cpu() for _ in range(2)]
+    torch.testing.assert_close(got, want)
+    assert not torch.equal(got[0], got[1])
+
+
 def test_two_samplers_in_one_graph_are_independent():
     f = torch.compile(lambda t: torch.stack([torch.rand_like(t), torch.rand_like(t), torch.randn_like(t)]), backend="tpu")
     a, b, z = f(torch.zeros(N, device=TPU)).cpu()

@@ -57,6 +57,12 @@ pub(super) fn cond(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Draws) 
 }
 
 /// while_loop(cond_graph, body_graph, carried, additional) -> the carried values at the end.
+///
+/// In a graph that draws random numbers the loop also carries a generator state of its own:
+/// the body's random ops draw from it (node k of the body from its counter + k * 2^40, as a
+/// graph's nodes do), and each iteration moves it past the body's streams, so every iteration
+/// draws new numbers. Its key is the call's key moved by the loop's place among the graph's
+/// streams, so the loop's streams never meet the graph's own.
 pub(super) fn while_loop(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Draws) -> Result<Out> {
     let [GArg::Graph(cond_graph), GArg::Graph(body_graph), carried, additional] = &node.args[..] else {
         bail!(Runtime, "torchtpu.compile: malformed while_loop node")
@@ -64,31 +70,46 @@ pub(super) fn while_loop(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut D
     let carried = tensors(cx, values, carried, draws)?;
     let additional = tensors(cx, values, additional, draws)?;
     let n = carried.len();
-    let draws_before = draws.next;
-    // The loop values: the carried ones and the folded check (zero until an iteration fails).
+    // The loop values: the carried ones, the loop's generator state (where the graph draws)
+    // and the folded check (zero until an iteration fails).
     let mut inits = carried.clone();
+    let random = draws.state.is_some();
+    if random {
+        let place = draws.next;
+        let stream = draws.stream(cx)?;
+        let rekey = cx.constant_array_i64(&[LOOP_KEY_STEP.wrapping_mul(place + 1) & i64::MAX, 0], &[2], ElemType::U64);
+        inits.push(cx.add(stream, rekey));
+    }
+    let check_at = inits.len();
     inits.push(no_failure(cx));
     let types: Vec<TensorType> = inits.iter().map(|&v| cx.ty(v).clone()).collect();
 
     let args = cx.open_region(&types);
     let start = cx.checks.len();
     let inputs = args[..n].iter().chain(&additional).map(|&v| Out::Tensor(v)).collect();
+    let draws_before = draws.next;
     let more = lower(cx, cond_graph, inputs, draws, &mut [])?;
+    check!(draws.next == draws_before, NotImplemented, "torchtpu.compile: random ops inside a while_loop condition");
     check!(cx.checks.len() == start, NotImplemented, "torchtpu.compile: a while_loop condition with a data-dependent check");
     let [more] = more[..] else { bail!(Runtime, "torchtpu.compile: while_loop's condition must return one tensor") };
     check!(cx.dims(more).is_empty(), Runtime, "torchtpu.compile: while_loop's condition must return a 0-d tensor");
     let more = cx.cast(more, crate::DType::Bool);
-    let ok = passed(cx, args[n]);
+    let ok = passed(cx, args[check_at]);
     let go = cx.and(more, ok);
     let (cond_text, _) = cx.close_region(&[go]);
 
     let args = cx.open_region(&types);
     let inputs = args[..n].iter().chain(&additional).map(|&v| Out::Tensor(v)).collect();
-    let mut next = lower(cx, body_graph, inputs, draws, &mut [])?;
+    let mut body_draws = Draws { state: random.then(|| args[n]), next: 0 };
+    let mut next = lower(cx, body_graph, inputs, &mut body_draws, &mut [])?;
+    if random {
+        let step = cx.constant_array_i64(&[0, body_draws.next << 40], &[2], ElemType::U64);
+        next.push(cx.add(args[n], step));
+    }
     let mut folded = Folded::default();
     let bad = folded.fold(cx, start)?;
-    let ok = passed(cx, args[n]);
-    next.push(cx.select(ok, bad, args[n]));
+    let ok = passed(cx, args[check_at]);
+    next.push(cx.select(ok, bad, args[check_at]));
     for (k, v) in next.iter_mut().enumerate().take(n) {
         let want = types[k].elem;
         if cx.ty(*v).elem != want {
@@ -97,14 +118,17 @@ pub(super) fn while_loop(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut D
     }
     let (body_text, got) = cx.close_region(&next);
     check!(got == types, Runtime, "torchtpu.compile: while_loop's body returns {:?} for carried values {:?}", got, types);
-    // Every iteration would draw the same numbers: the stream is fixed when the program is built.
-    check!(draws.next == draws_before, NotImplemented, "torchtpu.compile: random ops inside a while_loop body");
 
     let mut results = cx.while_regions(&inits, cond_text, body_text);
     let bad = results.pop().unwrap();
+    results.truncate(n);
     folded.add_to(cx, bad);
     Ok(Out::List(results))
 }
+
+/// What a while_loop's generator key is moved by, per place among its graph's streams (an odd
+/// constant, so that distinct places give distinct keys).
+const LOOP_KEY_STEP: i64 = 0x1E37_79B9_7F4A_7C15;
 
 /// A branch fixed at trace time, lowered in place.
 fn lower_inline(cx: &mut Cx, g: &Arc<Graph>, operands: Vec<Value>, draws: &mut Draws) -> Result<Out> {
