@@ -206,12 +206,18 @@ FLEX_MASKS = {
 }
 
 
+@pytest.mark.parametrize("kv_block", [512, 8])
 @pytest.mark.parametrize("mask_name", FLEX_MASKS)
 @pytest.mark.parametrize("gqa", [False, True])
-def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, caplog):
+def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, caplog, monkeypatch):
     # Compiled flex attention with a block mask vs eager SDPA with the same dense mask on CPU,
-    # outputs and the gradients of q, k and v.
+    # outputs and the gradients of q, k and v; the keys in one block, or in 3 (a running
+    # softmax across them).
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    import torchtpu.dynamo
+
+    monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", kv_block)
 
     n, d, hq = 24, 8, 4
     hkv = 2 if gqa else hq
@@ -255,3 +261,32 @@ def test_compiled_flex_attention_score_mod_with_a_captured_bias():
     torch.testing.assert_close(out.detach().cpu(), want.detach(), atol=2e-5, rtol=2e-5)
     torch.testing.assert_close(qt.grad.cpu(), qr.grad, atol=5e-5, rtol=5e-5)
     torch.testing.assert_close(bt.grad.cpu(), br.grad, atol=5e-5, rtol=5e-5)
+
+
+def test_compiled_flex_attention_in_blocks_matches_cpu_flex_attention(monkeypatch):
+    # Keys in blocks of 8 against PyTorch's flex attention on CPU: a score_mod reading a captured
+    # bias, rows whose every key is masked (zeros, logsumexp -inf), the logsumexp, bfloat16.
+    import torchtpu.dynamo
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", 8)
+    n, d = 20, 8
+    g = torch.Generator().manual_seed(0)
+    bias = torch.randn(2, n, n, generator=g)
+
+    def mask(b, h, q, k):
+        return (q >= k) & (q >= 3)  # queries 0-2 see no key
+
+    for dtype, tol in ((torch.float32, 2e-5), (torch.bfloat16, 2e-2)):
+        q, k, v = (torch.randn(1, 2, n, d, generator=g).to(dtype) for _ in range(3))
+        want, want_lse = flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bias[h, i, j],
+                                        block_mask=create_block_mask(mask, None, None, n, n, device="cpu"),
+                                        return_lse=True)
+        bt = bias.to(TPU)
+        block_mask = create_block_mask(mask, None, None, n, n, device=TPU)
+        f = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + bt[h, i, j],
+                                                         block_mask=block_mask, return_lse=True), backend="tpu")
+        got, lse = f(q.to(TPU), k.to(TPU), v.to(TPU))
+        torch.testing.assert_close(got.cpu(), want, atol=tol, rtol=tol)
+        torch.testing.assert_close(lse.cpu(), want_lse, atol=tol, rtol=tol)
+        assert got[:, :, :3].cpu().eq(0).all() and lse[:, :, :3].cpu().eq(float("-inf")).all()

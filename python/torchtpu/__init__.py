@@ -29,6 +29,9 @@ if PLUGIN_PATH:
     # Compiled programs reach the persistent cache from a writer thread: exit waits for the
     # writes still queued.
     atexit.register(_C.flush_compile_cache)
+    # And programs still running (results nobody read) finish before the plugin is torn down:
+    # exiting under them crashed the process.
+    atexit.register(_C.wait_for_running_work)
 
 if torch._C._get_privateuse1_backend_name() != "tpu":
     torch.utils.rename_privateuse1_backend("tpu")

@@ -722,24 +722,77 @@ def _lookup(by_sizes, placeholders, args, specialize):
     return found
 
 
-def _dense_flex_attention(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_buffers=(),
-                          mask_mod_buffers=()):
-    """flex_attention's higher-order op as PyTorch's own dense form (what eager mode runs on
-    tpu): scores, score_mod and mask_mod applied with vmap, softmax; AOTAutograd traces it into
-    aten ops, so forward and backward become part of the graph's one program."""
-    from torch._higher_order_ops.flex_attention import math_attention
+# Keys per block of blockwise flex attention: a longer key sequence is attended block by block
+# (scores of [batch, heads, queries, FLEX_KV_BLOCK] at a time), a shorter one in one block.
+FLEX_KV_BLOCK = 512
 
-    return math_attention(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_buffers,
-                          mask_mod_buffers)
+
+def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_buffers=(),
+                              mask_mod_buffers=(), outputs=3):
+    """flex_attention's higher-order op as aten ops AOTAutograd traces (forward and backward
+    become part of the graph's one program), with its semantics (PyTorch's math form): scores
+    in float32 (float64 for float64 inputs), score_mod and mask_mod applied elementwise with
+    vmap, rows with no key left give zeros. Over the keys in blocks of FLEX_KV_BLOCK with a
+    running softmax, so the forward holds one block's scores, not [queries, keys] of them.
+    Returns (out, logsumexp, max score)[:outputs], the last two in base 2 as the op's are."""
+    import math
+
+    from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
+    from torch.nn.attention.flex_attention import _vmap_for_bhqkv
+
+    groups = query.size(1) // key.size(1)
+    key, value = (torch.repeat_interleave(t, groups, dim=1) for t in (key, value))
+    batch = query.size(0)
+    if key.size(0) != batch and not (key.size(0) == 1 and batch > 1):
+        raise RuntimeError(f"Bq and Bkv must broadcast. Got Bq={batch} and Bkv={key.size(0)}")
+    key, value = (t.expand(batch, *t.shape[1:]) for t in (key, value))
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
+    scored = _vmap_for_bhqkv(score_mod, prefix=(0,), suffix=(None,) * len(score_mod_buffers))
+    kept = _vmap_for_bhqkv(block_mask[-1], prefix=(), suffix=(None,) * len(mask_mod_buffers))
+    dev = query.device
+    b, h, m = (torch.arange(n, device=dev) for n in query.shape[:3])
+    q = query.to(work)
+    minus_inf = torch.tensor(-math.inf, dtype=work, device=dev)
+    run_max = run_sum = acc = None
+    for start in range(0, key.size(2), FLEX_KV_BLOCK):
+        stop = min(start + FLEX_KV_BLOCK, key.size(2))
+        n = torch.arange(start, stop, device=dev)
+        # A block's queries depend on the previous block's result (a zero added): the compiler
+        # then schedules one block after another rather than every block's scores at once.
+        q_in = q if run_max is None else q + (last_shift * 0.0)[..., None]
+        scores = ((q_in @ key[:, :, start:stop].to(work).transpose(-2, -1)) * scale).to(work)
+        with TransformGetItemToIndex():
+            scores = torch.where(kept(b, h, m, n, *mask_mod_buffers), scored(scores, b, h, m, n, *score_mod_buffers),
+                                 minus_inf)
+        top = scores.amax(-1)
+        new_max = top if run_max is None else torch.maximum(run_max, top)
+        # A row with no key so far keeps its shift at 0 (exp(-inf - 0) = 0, never nan).
+        shift = torch.where(new_max == -math.inf, 0.0, new_max)
+        p = torch.exp(scores - shift[..., None])
+        block_out = p.to(query.dtype) @ value[:, :, start:stop].to(query.dtype)
+        if run_max is None:
+            run_sum, acc = p.sum(-1), block_out.to(work)
+        else:
+            fade = torch.exp(torch.where(run_max == -math.inf, -math.inf, run_max - shift))
+            run_sum = run_sum * fade + p.sum(-1)
+            acc = acc * fade[..., None] + block_out.to(work)
+        run_max, last_shift = new_max, shift
+    empty = run_sum == 0
+    out = torch.where(empty[..., None], 0.0, acc / torch.where(empty, 1.0, run_sum)[..., None])
+    lse = torch.where(empty, -math.inf, torch.log(torch.where(empty, 1.0, run_sum)) + last_shift)
+    return (out.to(query.dtype), lse / math.log(2), run_max / math.log(2))[:outputs]
 
 
 def _inline_higher_order_ops(gm):
-    """Replaces higher-order ops that have a dense aten form by that form, before AOTAutograd."""
+    """Replaces higher-order ops that have an aten form by that form, before AOTAutograd."""
     flex = getattr(torch.ops.higher_order, "flex_attention", None)
     changed = False
     for node in gm.graph.nodes:
         if node.op == "call_function" and flex is not None and node.target is flex:
-            node.target = _dense_flex_attention
+            traced = node.meta.get("example_value", node.meta.get("val"))
+            node.target = _flex_attention_in_blocks
+            if isinstance(traced, (tuple, list)):
+                node.kwargs = {**node.kwargs, "outputs": len(traced)}
             changed = True
     if changed:
         gm.recompile()

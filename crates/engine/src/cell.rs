@@ -18,14 +18,17 @@ pub struct DevBuf {
     device: i32,
 }
 
-/// Buffers whose computation may still be running, for `synchronize` (weak: a freed buffer
-/// needs no wait). Finished ones are pruned whenever the list doubles.
+/// Buffers whose computation may still be running, for `synchronize` (weak: a buffer dropped
+/// before its computation finished leaves that computation's event in `dropped` instead).
+/// Finished ones are pruned whenever a list doubles.
 struct Pending {
     bufs: Vec<Weak<DevBuf>>,
     prune_at: usize,
+    dropped: Vec<Arc<pjrt::Event>>,
+    prune_dropped_at: usize,
 }
 
-static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at: 1024 });
+static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at: 1024, dropped: Vec::new(), prune_dropped_at: 64 });
 
 impl DevBuf {
     pub fn new(buf: pjrt::Buffer, bytes: i64, device: i32) -> Arc<DevBuf> {
@@ -44,7 +47,16 @@ impl DevBuf {
 /// Waits until every buffer made so far is computed (torch.tpu.synchronize); returns the
 /// first failed computation's error.
 pub fn synchronize() -> Result<(), pjrt::Error> {
-    let bufs = std::mem::take(&mut PENDING.lock().unwrap().bufs);
+    let (bufs, dropped) = {
+        let mut p = PENDING.lock().unwrap();
+        (std::mem::take(&mut p.bufs), std::mem::take(&mut p.dropped))
+    };
+    // Computations whose results were all dropped still run (a timing loop's, a script's last
+    // ones): waited for too, so that nothing runs past synchronize or into the process's exit.
+    // (Their failures have no tensor to report them on.)
+    for e in dropped {
+        let _ = e.wait();
+    }
     for w in bufs {
         if let Some(b) = w.upgrade() {
             b.buf.ready()?;
@@ -56,7 +68,7 @@ pub fn synchronize() -> Result<(), pjrt::Error> {
 /// A recorded point in the device's work (torch.tpu.Event): the computations pending when it
 /// was recorded. With timing, completion callbacks note when the last of them finished.
 pub struct Marker {
-    events: Vec<pjrt::Event>,
+    events: Vec<Arc<pjrt::Event>>,
     timing: Option<Arc<Timing>>,
 }
 
@@ -76,12 +88,14 @@ impl Timing {
 impl Marker {
     /// Marks the work queued so far.
     pub fn record(timing: bool) -> Result<Marker, pjrt::Error> {
-        let pending: Vec<Arc<DevBuf>> = PENDING.lock().unwrap().bufs.iter().filter_map(|w| w.upgrade()).collect();
-        let mut events = Vec::new();
+        let (pending, mut events): (Vec<Arc<DevBuf>>, Vec<Arc<pjrt::Event>>) = {
+            let p = PENDING.lock().unwrap();
+            (p.bufs.iter().filter_map(|w| w.upgrade()).collect(), p.dropped.iter().filter(|e| !e.is_ready()).cloned().collect())
+        };
         for b in pending {
             let e = b.buf.ready_event()?;
             if !e.is_ready() {
-                events.push(e);
+                events.push(Arc::new(e));
             }
         }
         let timing = timing.then(|| {
@@ -131,6 +145,16 @@ impl Marker {
 impl Drop for DevBuf {
     fn drop(&mut self) {
         crate::memory::on_free(self.device, self.bytes);
+        if let Ok(event) = self.buf.ready_event() {
+            if !event.is_ready() {
+                let mut p = PENDING.lock().unwrap();
+                if p.dropped.len() >= p.prune_dropped_at {
+                    p.dropped.retain(|e| !e.is_ready());
+                    p.prune_dropped_at = (2 * p.dropped.len()).max(64);
+                }
+                p.dropped.push(Arc::new(event));
+            }
+        }
     }
 }
 

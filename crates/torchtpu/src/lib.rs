@@ -66,6 +66,16 @@ fn synchronize() -> PyResult<()> {
     engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
 }
 
+/// Waits for the computations still running, without running what fused eager mode recorded
+/// (at exit: the plugin must not be torn down under a running program; their errors have no
+/// reader left).
+#[pyfunction]
+fn wait_for_running_work(py: Python<'_>) {
+    py.allow_threads(|| {
+        let _ = engine::cell::synchronize();
+    });
+}
+
 /// Runs what fused eager mode recorded.
 fn flush_recorded(why: &str) -> PyResult<()> {
     engine::dispatch::flush_recorded(why).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
@@ -458,6 +468,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_info, m)?)?;
     m.add_function(wrap_pyfunction!(device_attributes, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_for_running_work, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(flush_compile_cache, m)?)?;
     m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
