@@ -219,8 +219,10 @@ def test_a_chain_of_inplace_updates_runs_fused_with_cpu_values(fused):
     cpu = kv_inputs()
     cache, slots, rows, x = (t.to(TPU) for t in cpu)
     before = fused_stats()["fused_runs"]
-    for _ in range(10):
+    for _ in range(20):
         torch.testing.assert_close(kv_step(cache, slots, rows, x).cpu(), kv_step(*cpu))
+    # (As in test_repeated_graph_runs_fused_with_strict_values: shapes earlier tests left on
+    # bucketed programs settle on exact ones first.)
     assert fused_stats()["fused_runs"] - before >= 2
     torch.testing.assert_close(cache.cpu(), cpu[0])
 

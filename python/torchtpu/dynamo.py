@@ -732,11 +732,14 @@ def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, k
     """flex_attention's higher-order op as aten ops AOTAutograd traces (forward and backward
     become part of the graph's one program), with its semantics (PyTorch's math form): scores
     in float32 (float64 for float64 inputs), score_mod and mask_mod applied elementwise with
-    vmap, rows with no key left give zeros. Over the keys in blocks of FLEX_KV_BLOCK with a
-    running softmax, so the forward holds one block's scores, not [queries, keys] of them.
-    Returns (out, logsumexp, max score)[:outputs], the last two in base 2 as the op's are."""
+    vmap, rows with no key left give zeros. Over the keys in blocks of FLEX_KV_BLOCK, each
+    block's softmax numerators summed into a running one, so the forward holds one block's
+    scores at a time; each block is checkpointed (backward recomputes its scores rather than
+    keeping them all). Returns (out, logsumexp, max score)[:outputs], the last two in base 2
+    as the op's are."""
     import math
 
+    import torch.utils.checkpoint as checkpoint
     from torch._dynamo._trace_wrapped_higher_order_op import TransformGetItemToIndex
     from torch.nn.attention.flex_attention import _vmap_for_bhqkv
 
@@ -751,35 +754,46 @@ def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, k
     kept = _vmap_for_bhqkv(block_mask[-1], prefix=(), suffix=(None,) * len(mask_mod_buffers))
     dev = query.device
     b, h, m = (torch.arange(n, device=dev) for n in query.shape[:3])
-    q = query.to(work)
     minus_inf = torch.tensor(-math.inf, dtype=work, device=dev)
-    run_max = run_sum = acc = None
-    for start in range(0, key.size(2), FLEX_KV_BLOCK):
-        stop = min(start + FLEX_KV_BLOCK, key.size(2))
+    n_score = len(score_mod_buffers)
+
+    def attend(q, k, v, start, stop, *buffers):
+        """One block of keys: its row maxima, the shift used (0 for rows with no key here),
+        and the sums and value products of exp(score - shift)."""
         n = torch.arange(start, stop, device=dev)
-        # A block's queries depend on the previous block's result (a zero added): the compiler
-        # then schedules one block after another rather than every block's scores at once.
-        q_in = q if run_max is None else q + (last_shift * 0.0)[..., None]
-        scores = ((q_in @ key[:, :, start:stop].to(work).transpose(-2, -1)) * scale).to(work)
+        scores = ((q @ k.to(work).transpose(-2, -1)) * scale).to(work)
         with TransformGetItemToIndex():
-            scores = torch.where(kept(b, h, m, n, *mask_mod_buffers), scored(scores, b, h, m, n, *score_mod_buffers),
+            scores = torch.where(kept(b, h, m, n, *buffers[n_score:]), scored(scores, b, h, m, n, *buffers[:n_score]),
                                  minus_inf)
         top = scores.amax(-1)
-        new_max = top if run_max is None else torch.maximum(run_max, top)
-        # A row with no key so far keeps its shift at 0 (exp(-inf - 0) = 0, never nan).
-        shift = torch.where(new_max == -math.inf, 0.0, new_max)
+        shift = torch.where(top == -math.inf, 0.0, top)
         p = torch.exp(scores - shift[..., None])
-        block_out = p.to(query.dtype) @ value[:, :, start:stop].to(query.dtype)
+        return top, shift, p.sum(-1), (p.to(query.dtype) @ v.to(query.dtype)).to(work)
+
+    def fade(row_max, shift):
+        return torch.exp(torch.where(row_max == -math.inf, -math.inf, row_max - shift))
+
+    q = query.to(work)
+    run_max = None
+    for start in range(0, key.size(2), FLEX_KV_BLOCK):
+        stop = min(start + FLEX_KV_BLOCK, key.size(2))
+        # A block's queries depend on the last block's result (a zero added): the compiler
+        # then runs one block after another rather than every block's scores at once.
+        q_in = q if run_max is None else q + (run_shift * 0.0)[..., None]
+        top, shift, sums, outs = checkpoint.checkpoint(attend, q_in, key[:, :, start:stop], value[:, :, start:stop], start,
+                                                       stop, *score_mod_buffers, *mask_mod_buffers, use_reentrant=False)
         if run_max is None:
-            run_sum, acc = p.sum(-1), block_out.to(work)
-        else:
-            fade = torch.exp(torch.where(run_max == -math.inf, -math.inf, run_max - shift))
-            run_sum = run_sum * fade + p.sum(-1)
-            acc = acc * fade[..., None] + block_out.to(work)
-        run_max, last_shift = new_max, shift
+            run_max, run_shift, run_sum, acc = top, shift, sums, outs
+            continue
+        new_max = torch.maximum(run_max, top)
+        new_shift = torch.where(new_max == -math.inf, 0.0, new_max)
+        old, new = fade(run_max, new_shift), fade(top, new_shift)
+        run_sum = run_sum * old + sums * new
+        acc = acc * old[..., None] + outs * new[..., None]
+        run_max, run_shift = new_max, new_shift
     empty = run_sum == 0
     out = torch.where(empty[..., None], 0.0, acc / torch.where(empty, 1.0, run_sum)[..., None])
-    lse = torch.where(empty, -math.inf, torch.log(torch.where(empty, 1.0, run_sum)) + last_shift)
+    lse = torch.where(empty, -math.inf, torch.log(torch.where(empty, 1.0, run_sum)) + run_shift)
     return (out.to(query.dtype), lse / math.log(2), run_max / math.log(2))[:outputs]
 
 
