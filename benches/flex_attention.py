@@ -1,8 +1,9 @@
 """Compiled flex attention on "tpu": the keys attended in blocks (FLEX_KV_BLOCK, the default)
 against the dense form (every score at once, as PyTorch's math form computes them), causal
 block mask, in one run: a forward call, and a training step (forward and backward). Each form
-runs in a fresh process, compiled first; prints ms per call and the peak resident memory the
-timed calls took above what the process held before them, and the ratios.
+runs in a fresh process, compiled first; prints ms per call and the peak resident (host)
+memory the timed calls took above what the process held before them, and the ratios (on a GPU
+the memory column shows host memory only).
 
     python benches/flex_attention.py [--seq 4096] [--heads 8]
 """
