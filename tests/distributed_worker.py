@@ -380,6 +380,27 @@ def check_sequence_parallel():
     del Shard
 
 
+def check_mesh_2d():
+    # A 2 x (WORLD / 2) DeviceMesh ("dp", "tp"): each dimension's subgroup reduces over its own
+    # ranks only, and a DTensor sharded over both dimensions gathers back whole.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    torch.tpu.set_device(LOCAL_RANK)
+    width = WORLD // 2
+    mesh = init_device_mesh("tpu", (2, width), mesh_dim_names=("dp", "tp"))
+    dp, tp = divmod(RANK, width)
+    members = {"dp": [d * width + tp for d in range(2)], "tp": [dp * width + t for t in range(width)]}
+    for dim, ranks in members.items():
+        y = data(RANK, (5,), torch.float32).to(DEV)
+        dist.all_reduce(y, group=mesh.get_group(dim))
+        close(y, reduce_all([data(r, (5,), torch.float32) for r in ranks], "sum"), f"all_reduce over {dim}", tol=1e-5)
+    a = data(7, (4, 2 * width), torch.float32)
+    da = distribute_tensor(a.to(DEV), mesh, [Shard(0), Shard(1)])
+    assert tuple(da.to_local().shape) == (2, 2), da.to_local().shape
+    close(da.full_tensor(), a, "DTensor sharded over both mesh dimensions")
+
+
 def check_checkpoint():
     # A sharded state dict saved with torch.distributed.checkpoint and loaded into a fresh model.
     import tempfile

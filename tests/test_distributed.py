@@ -69,6 +69,14 @@ def test_other_ways_to_start(tmp_path, init, backend):
         assert r["all_reduce"] == "ok" and r["ddp"] == "ok", f"rank {rank}: {r}"
 
 
+def test_a_two_dimensional_mesh(tmp_path):
+    # 4 processes: a 2 x 2 mesh's row and column subgroups, and a DTensor sharded over both.
+    # (Started without device_id: with it, DeviceMesh splits the default group, which needs a
+    # backend that splits; README, Known gaps.)
+    for rank, r in enumerate(launch(tmp_path, "none", ["mesh_2d"], nproc=4)):
+        assert r["mesh_2d"] == "ok", f"rank {rank}: {r['mesh_2d']}"
+
+
 def test_registered_in_one_process():
     import torch.distributed as dist
 
