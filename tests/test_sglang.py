@@ -25,8 +25,10 @@ ENGINE_ARGS = dict(device="tpu", dtype="float32", max_total_tokens=2048, max_run
 
 # First in the file: SGLang's Engine.shutdown ends every child process of this process, so no
 # other engine may be alive then (the module's Llama engine starts after this test).
-def test_greedy_tokens_equal_hugging_face_qwen2(tmp_path):
+def test_greedy_tokens_equal_hugging_face_qwen2(tmp_path, monkeypatch, capfd):
     model, tok = save_tiny("Qwen2", tmp_path)
+    # The scheduler process logs each program it compiles (on the stderr it inherits).
+    monkeypatch.setenv("TORCHTPU_LOG_COMPILES", "1")
     # Chunks of 64 tokens: the 100-token prompt's second chunk attends to its first.
     engine = sglang.Engine(model_path=str(tmp_path), **{**ENGINE_ARGS, "chunked_prefill_size": 64})
     try:
@@ -35,6 +37,13 @@ def test_greedy_tokens_equal_hugging_face_qwen2(tmp_path):
         outs = engine.generate(input_ids=ids, sampling_params=greedy(8))
         for prompt, out in zip(ids, outs):
             assert out["output_ids"] == hf_greedy(model, prompt, 8), prompt
+        capfd.readouterr()
+        again = engine.generate(input_ids=ids, sampling_params=greedy(8))
+        assert [o["output_ids"] for o in again] == [o["output_ids"] for o in outs]
+        # Its step buffers' views move through the token pool every step: filled by one
+        # _foreach_copy_, each decoding step compiled a program for the views' new offsets.
+        log = capfd.readouterr().err
+        assert "compile aten::_foreach_copy_" not in log, log[-3000:]
     finally:
         engine.shutdown()
 
