@@ -34,12 +34,24 @@ impl DevBuf {
     pub fn new(buf: pjrt::Buffer, bytes: i64, device: i32) -> Arc<DevBuf> {
         crate::memory::on_alloc(device, bytes);
         let b = Arc::new(DevBuf { buf, bytes, device });
+        // Buffers looked at while pruning are released after the lock: dropping a last
+        // reference takes the lock (DevBuf's drop).
+        let mut looked_at = Vec::new();
         let mut p = PENDING.lock().unwrap();
         if p.bufs.len() >= p.prune_at {
-            p.bufs.retain(|w| w.upgrade().is_some_and(|b| b.buf.ready_event().is_ok_and(|e| !e.is_ready())));
+            p.bufs.retain(|w| match w.upgrade() {
+                Some(b) => {
+                    let running = b.buf.ready_event().is_ok_and(|e| !e.is_ready());
+                    looked_at.push(b);
+                    running
+                }
+                None => false,
+            });
             p.prune_at = (2 * p.bufs.len()).max(1024);
         }
         p.bufs.push(Arc::downgrade(&b));
+        drop(p);
+        drop(looked_at);
         b
     }
 }
