@@ -354,3 +354,52 @@ def test_a_chain_of_promoted_shapes_settles_together(tmp_path, mode):
     if mode == "fused":
         # Settled from the third graph, fused from the structure's eighth run on.
         assert got["fused_runs"] == 7, got
+
+
+def test_a_bucketed_programs_scope_serves_each_size_from_its_first_call(tmp_path):
+    # A serving runner's input preparation (vLLM's): host values written into a prefix of a
+    # device step buffer, a chain of ops on prefixes cut at each step's count, with bucketed
+    # programs off outside the scope. Inside it every count of one bucket shares its programs.
+    got = run("""
+        buf = torch.zeros(64, dtype=torch.int64, device="tpu")
+        out = torch.zeros(64, dtype=torch.int64, device="tpu")
+        host = torch.zeros(64, dtype=torch.int64)
+        ref = torch.zeros(64, dtype=torch.int64)
+        misses = []
+        for n in [17, 20, 23, 29, 31, 19]:  # counts in the bucket of 32, tails in that of 64
+            m0 = stats()["misses"]
+            with torch.tpu.bucketed_programs():
+                host[:n] = torch.randint(0, 1000, (n,))
+                buf[:n].copy_(host[:n])  # a host write into a part of a device buffer
+                out[:n] = buf[:n] * 3 + 1
+                out[n:].fill_(-1)
+                out[n:n].fill_(5)  # an empty view at a new offset
+            ref[:n] = host[:n] * 3 + 1
+            ref[n:] = -1
+            same(out, ref, f"step of {n}")
+            misses.append(stats()["misses"] - m0)
+        m0 = stats()["misses"]
+        buf[:21].copy_(host[:21])  # outside the scope: this size's own program
+        outside = stats()["misses"] - m0
+        same(buf[:21], host[:21], "outside")
+        print(json.dumps({"bad": bad, "misses": misses, "outside": outside}))
+    """, tmp_path, on=False)
+    assert got["bad"] == []
+    assert got["misses"][0] > 0
+    assert got["misses"][1:] == [0] * 5, got["misses"]
+    assert got["outside"] == 1
+
+
+def test_an_empty_view_at_a_new_offset_compiles_nothing(tmp_path):
+    got = run("""
+        d = torch.zeros(40, device="tpu")
+        d[3:3].fill_(1.0)
+        m0 = stats()["misses"]
+        for i in range(4, 40):
+            d[i:i].fill_(1.0)
+            d[i:i].add_(d[0:0])
+        same(d, torch.zeros(40), "untouched")
+        print(json.dumps({"bad": bad, "misses": stats()["misses"] - m0}))
+    """, tmp_path, on=False)
+    assert got["bad"] == []
+    assert got["misses"] <= 1  # add_ of two empty views: its first call

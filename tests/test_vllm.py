@@ -162,6 +162,32 @@ def test_chunked_prefill_gives_hugging_faces_tokens(tmp_path, monkeypatch):
         assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
 
 
+def test_new_token_counts_in_known_buckets_compile_nothing(tmp_path, monkeypatch):
+    # A running server's steps come with new token and request counts all the time; vLLM's
+    # input preparation cuts its step buffers at those counts. After one request set, another
+    # whose counts differ but fall in the same power-of-two buckets compiles no program (the
+    # engine core in this process, so that its compile counts are this process's), and its
+    # tokens are Hugging Face's.
+    monkeypatch.setenv("TORCHTPU_VLLM_WARMUP", "0")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    model, tok = save_tiny("Llama", tmp_path)
+    llm = make_llm(tmp_path)
+    greedy = vllm.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+
+    def prompts(lengths):
+        return token_prompts(tok, [" ".join(WORDS[i % len(WORDS)] for i in range(n)) for n in lengths])
+
+    first, second = prompts([4, 9, 13]), prompts([5, 8, 14])
+    counts = [[len(p["prompt_token_ids"]) for p in ps] for ps in (first, second)]
+    assert counts[0] != counts[1] and sum(counts[0]) != sum(counts[1])
+    llm.generate(first, greedy)
+    before = torch.tpu.compile_stats()["misses"]
+    outs = llm.generate(second, greedy)
+    assert torch.tpu.compile_stats()["misses"] - before == 0
+    for prompt, out in zip(second, outs):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
+
+
 def test_invalid_sampling_parameters_get_vllms_errors(llama):
     llm = llama[3]
     from vllm.exceptions import VLLMValidationError

@@ -401,6 +401,20 @@ def set_fused_eager(enabled=True):
     _C.set_fused_eager(bool(enabled))
 
 
+@contextlib.contextmanager
+def bucketed_programs():
+    """Within it, this thread's eager ops whose sizes change from call to call (pointwise ops,
+    copies, cat) run one program per bucket of sizes (powers of two) from their first call,
+    rather than compiling each new size: for code sized by data at every call, such as a
+    serving runner's input preparation (the vLLM platform wraps vLLM's in it)."""
+    _lazy_init()
+    _C.bucket_scope(True)
+    try:
+        yield
+    finally:
+        _C.bucket_scope(False)
+
+
 def is_fused_eager():
     """Whether fused eager mode is on."""
     return _C.fused_eager_enabled()

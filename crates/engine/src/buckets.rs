@@ -60,6 +60,28 @@ pub fn enabled() -> bool {
     *ON.get_or_init(|| std::env::var("TORCHTPU_BUCKET_PROGRAMS").map_or(ON_BY_DEFAULT, |v| v.trim() != "0"))
 }
 
+thread_local! {
+    /// Scopes open on this thread (`enter_scope`).
+    static SCOPES: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Until the matching `exit_scope`, this thread's servable calls take their bucket's program
+/// at once, whether bucketed programs are on or not: no exact shapes first, no promotion. For
+/// code whose sizes change at every call by design (a serving runner's input preparation,
+/// sized by each step's token and request counts): its programs then come one per bucket.
+pub fn enter_scope() {
+    SCOPES.with(|n| n.set(n.get() + 1));
+}
+
+pub fn exit_scope() {
+    SCOPES.with(|n| n.set(n.get().saturating_sub(1)));
+}
+
+/// Whether a scope is open on this thread.
+pub fn scoped() -> bool {
+    SCOPES.with(|n| n.get() > 0)
+}
+
 /// A size's bucket: 0 and 1 stay (a size-1 dim broadcasts), others round up to a power of two.
 pub fn bucket(n: i64) -> i64 {
     if n <= 1 {

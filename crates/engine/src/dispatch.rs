@@ -419,8 +419,14 @@ impl Scan {
         self.key.push(2 << 40 | (slot as u64) << 8 | t.dtype as u8 as u64);
         self.key.push(sizes.len() as u64);
         self.key.extend(sizes.iter().map(|&s| s as u64));
-        self.key.extend(t.strides().iter().map(|&s| s as u64));
-        self.key.push(t.offset as u64);
+        if sizes.contains(&0) {
+            // An empty view reads and writes nothing wherever it starts: one program serves
+            // every offset and stride (a step buffer's unused tail, cut at each step's count).
+            self.key.extend(std::iter::repeat(0).take(sizes.len() + 1));
+        } else {
+            self.key.extend(t.strides().iter().map(|&s| s as u64));
+            self.key.push(t.offset as u64);
+        }
         if first {
             // The base's layout shapes the program: its dtype and dims, or "nothing yet".
             match cell.get(held) {
@@ -598,7 +604,7 @@ fn lookup(
             c.promotion = Promotion::Done;
         }
         let looked = Looked::Entry(c.entry.clone(), c.bucket.clone());
-        if c.bucket.is_some() && due && matches!(c.promotion, Promotion::NotYet) {
+        if c.bucket.is_some() && due && matches!(c.promotion, Promotion::NotYet) && !buckets::scoped() {
             let t0 = Instant::now();
             if let Ok(Built::Entry(exact)) = build(info, f, specialize, args, scan, held, sizing, true) {
                 engine.stats.bucket_promoted += 1;
@@ -609,7 +615,7 @@ fn lookup(
         }
         return Ok(looked);
     }
-    if matches!(sizing, Sizing::None) && bucketable(info) && buckets::enabled() {
+    if matches!(sizing, Sizing::None) && bucketable(info) && (buckets::enabled() || buckets::scoped()) {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);
         }
@@ -655,7 +661,7 @@ fn lookup_bucketed(
         bucket_key_arg(&mut family, a, specialize, scan, held, true);
     }
     let seen = engine.families.entry(family.into_boxed_slice()).or_insert(0);
-    if *seen < buckets::EXACT_SHAPES_FIRST {
+    if *seen < buckets::EXACT_SHAPES_FIRST && !buckets::scoped() {
         *seen += 1;
         return Ok(None);
     }

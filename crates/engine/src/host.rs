@@ -103,8 +103,11 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
         dispatch::locked(|held| cell.set(held, Some(stored)));
         return Ok(());
     }
+    // A part of the storage: the bytes go up as a buffer of their own, then a device copy
+    // writes them into the view (a program that bucketed programs can serve, where the
+    // view's size changes from call to call).
     let strides = contiguous_strides(t.sizes());
-    let host = TtTensor {
+    let mut src_tensor = TtTensor {
         cell: std::ptr::null_mut(),
         host: src.as_ptr() as *const _,
         sizes: t.sizes,
@@ -114,12 +117,36 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
         dtype: t.dtype,
         flags: TT_HOST,
     };
+    let mut uploaded = None;
+    if g.numel() > 0 {
+        let rt = runtime()?;
+        // In a bucketed-programs scope the buffer holds the bucket (zeros past the data): a
+        // bucketed program's key has its inputs' buffer sizes.
+        let mut bytes = std::borrow::Cow::Borrowed(src);
+        let mut dims = t.sizes().to_vec();
+        if crate::buckets::scoped() {
+            let n = crate::buckets::bucket(g.numel());
+            let mut padded = src.to_vec();
+            padded.resize(n as usize * dtype.size(), 0);
+            bytes = std::borrow::Cow::Owned(padded);
+            dims = vec![n];
+        }
+        let buf = rt.client.buffer_from_host(&bytes, element_type(dtype), &dims, None, rt.device(cell.device)?)?;
+        let stored = Stored::ready(DevBuf::new(buf, bytes.len() as i64, cell.device), dtype, dims);
+        // SAFETY: owned here and freed below; a recorded copy holds the buffer, not the cell.
+        let temp = unsafe { Box::from_raw(Cell::new(bytes.len() as i64, cell.device, Some(stored))) };
+        src_tensor.cell = &*temp as *const Cell as *mut _;
+        src_tensor.host = std::ptr::null();
+        src_tensor.flags = 0;
+        uploaded = Some(temp);
+    }
     let args = [
         TtArg { kind: TT_TENSOR, p: TtPayload { t: *t } },
-        TtArg { kind: TT_TENSOR, p: TtPayload { t: host } },
+        TtArg { kind: TT_TENSOR, p: TtPayload { t: src_tensor } },
         TtArg { kind: TT_BOOL, p: TtPayload { n: TtPair { i: 0, i2: 0 } } },
     ];
     dispatch::call(copy_op(), &args)?;
+    drop(uploaded);
     Ok(())
 }
 

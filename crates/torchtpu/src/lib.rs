@@ -268,6 +268,16 @@ fn set_fused_eager(on: bool) -> PyResult<()> {
     engine::dispatch::set_fused_eager(on).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
 }
 
+/// Opens or closes this thread's bucketed-programs scope (engine buckets::enter_scope).
+#[pyfunction]
+fn bucket_scope(open: bool) {
+    if open {
+        engine::buckets::enter_scope()
+    } else {
+        engine::buckets::exit_scope()
+    }
+}
+
 #[pyfunction]
 fn fused_eager_enabled() -> bool {
     engine::fused::enabled()
@@ -472,6 +482,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(flush_compile_cache, m)?)?;
     m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
+    m.add_function(wrap_pyfunction!(bucket_scope, m)?)?;
     m.add_function(wrap_pyfunction!(fused_eager_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;
     m.add_function(wrap_pyfunction!(is_lowered, m)?)?;

@@ -16,7 +16,7 @@ def compute_slot_mapping(num_tokens, max_num_tokens, query_start_loc_ptr, positi
     # in a bounded set of sizes; the padding's slots are PAD_ID.
     padded = bucket(num_tokens, max_num_tokens)
     token = torch.arange(padded, device=positions_ptr.device)
-    valid = token < num_tokens
+    valid = token < torch.tensor(num_tokens)  # a value, not a constant of the program
     # vLLM passes views of its buffers cut to this step's sizes; past the requests the start
     # locations repeat the last (non-decreasing), past the tokens positions are padding.
     starts = padded_view(query_start_loc_ptr, max_num_tokens + 1)[1:].long()

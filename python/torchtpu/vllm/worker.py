@@ -44,10 +44,55 @@ def _route_cuda_calls_to_tpu():
     torch.cuda.synchronize = partial(torch.tpu.synchronize)
 
 
+class _GatheredInBuckets(torch.Tensor):
+    """The runner's per-request computed-token counts. vLLM gathers them for each scheduled
+    token through a prefix of its token-to-request buffer, cut to the step's token count (a
+    new size at almost every step); here the gather reads that prefix padded to its bucket
+    (the buffer holds request indices past the cut too) and the result is cut back, so its
+    program comes in a bounded set of sizes. Every other use sees a plain tensor."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            if func is torch.Tensor.__getitem__ and _is_buffer_prefix(args[1]):
+                x, index = args
+                n, whole = index.numel(), index._base
+                return x[whole[:bucket(n, whole.numel())]][:n]
+            return func(*args, **(kwargs or {}))
+
+
+def _is_buffer_prefix(index):
+    return (isinstance(index, torch.Tensor) and index.device.type == "tpu" and index.dim() == 1
+            and not index.dtype.is_floating_point and index.dtype != torch.bool and index._base is not None
+            and index._base.dim() == 1 and index._base.is_contiguous() and index.storage_offset() == 0
+            and index.stride(0) == 1)
+
+
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device):
         _route_cuda_calls_to_tpu()
         super().__init__(vllm_config, device)
+        self.num_computed_tokens = self.num_computed_tokens.as_subclass(_GatheredInBuckets)
+
+    # vLLM's input preparation, and its padding of a step's inputs to the padded token count,
+    # work on views of its step buffers cut to the step's token and request counts, which
+    # change at almost every step: their ops run bucketed programs (one per power-of-two
+    # bucket of sizes) rather than compiling each new count.
+    def _prepare_inputs(self, *args, **kwargs):
+        with torch.tpu.bucketed_programs():
+            return super()._prepare_inputs(*args, **kwargs)
+
+    def _preprocess(self, *args, **kwargs):
+        with torch.tpu.bucketed_programs():
+            return super()._preprocess(*args, **kwargs)
+
+    def _prepare_padding_mask(self, *args, **kwargs):
+        with torch.tpu.bucketed_programs():
+            return super()._prepare_padding_mask(*args, **kwargs)
+
+    def _get_slot_mappings(self, *args, **kwargs):
+        with torch.tpu.bucketed_programs():
+            return super()._get_slot_mappings(*args, **kwargs)
 
     def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
         # A step's tokens are padded to a power of two (as CUDA graph capture sizes pad them),
