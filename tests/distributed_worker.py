@@ -195,6 +195,19 @@ def check_subgroup():
     close(y, torch.tensor([float(WORLD - 1)]), "reversed group")
 
 
+def check_gloo_subgroup():
+    # new_group(backend="gloo") (CPU-side groups, as checkpointing makes them): its CPU tensors
+    # go through gloo, and under a default group bound to a tpu device its tpu tensors through
+    # tccl (on CUDA gloo covers the device itself).
+    group = dist.new_group(list(range(WORLD)), backend="gloo")
+    x = data(RANK, (6,), torch.float32)
+    dist.all_reduce(x, group=group)
+    close(x, reduce_all([data(r, (6,), torch.float32) for r in range(WORLD)], "sum"), "gloo group, CPU tensor", tol=1e-5)
+    y = data(RANK, (6,), torch.float32).to(DEV)
+    dist.all_reduce(y, group=group)
+    close(y, reduce_all([data(r, (6,), torch.float32) for r in range(WORLD)], "sum"), "gloo group, tpu tensor", tol=1e-5)
+
+
 def check_mismatched_sizes_raise():
     # Ranks that disagree on the size must get an error, not corrupted memory.
     x = torch.ones(4 + RANK, device=DEV)

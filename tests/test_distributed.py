@@ -17,7 +17,7 @@ TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 CHECKS = [
     "all_reduce", "premul_sum", "async_and_zero_d", "broadcast", "all_gather", "reduce_scatter",
     "reduce_gather_scatter", "all_to_all",
-    "send_recv_and_barrier", "objects", "subgroup", "functional", "mismatched_sizes_raise",
+    "send_recv_and_barrier", "objects", "subgroup", "gloo_subgroup", "functional", "mismatched_sizes_raise",
     "ddp", "ddp_unused_parameters", "fsdp2", "fsdp2_mixed_precision_uneven", "dtensor_and_tp",
     "sequence_parallel", "checkpoint", "compiled_functional",
 ]
@@ -69,11 +69,12 @@ def test_other_ways_to_start(tmp_path, init, backend):
         assert r["all_reduce"] == "ok" and r["ddp"] == "ok", f"rank {rank}: {r}"
 
 
-def test_a_two_dimensional_mesh(tmp_path):
+@pytest.mark.parametrize("init", ["none", "device_id"])
+def test_a_two_dimensional_mesh(tmp_path, init):
     # 4 processes: a 2 x 2 mesh's row and column subgroups, and a DTensor sharded over both.
-    # (Started without device_id: with it, DeviceMesh splits the default group, which needs a
-    # backend that splits; README, Known gaps.)
-    for rank, r in enumerate(launch(tmp_path, "none", ["mesh_2d"], nproc=4)):
+    # Started with device_id, DeviceMesh makes its subgroups by splitting the default group
+    # (torch's split_group), without it with new_group.
+    for rank, r in enumerate(launch(tmp_path, init, ["mesh_2d"], nproc=4)):
         assert r["mesh_2d"] == "ok", f"rank {rank}: {r['mesh_2d']}"
 
 

@@ -11,6 +11,8 @@ gloo group of the same ranks, over the same store; results are written back in p
 included). Calls are synchronous: the returned Work is already complete, so `async_op=True`
 works and `wait()` returns at once.
 """
+import functools
+import inspect
 import logging
 import zlib
 
@@ -249,8 +251,78 @@ def _create(opts, backend_options):
     return HostStagedBackend(opts.store, opts.group_rank, opts.group_size, opts.timeout)
 
 
+def _is_tccl_group(group):
+    backend = str(dist.get_backend(group))
+    return backend == NAME or f"tpu:{NAME}" in backend.split(",")
+
+
+def _splitting_through_new_group(split_group):
+    """torch's split_group, which DeviceMesh calls to make its subgroups once the default group
+    is bound to a device (init_process_group(device_id=...)), asks the parent group's backend to
+    split itself, which a backend written in Python cannot answer. For a tccl parent each rank
+    makes the group of its split with new_group instead, synchronized among that split's members
+    only (as a split is); the group keeps the split's rank order and the parent's device."""
+
+    @functools.wraps(split_group)
+    def split(parent_pg=None, split_ranks=None, timeout=None, pg_options=None, group_desc=None, backend=None):
+        parent = parent_pg or dist.distributed_c10d._get_default_group()
+        if not _is_tccl_group(parent):
+            return split_group(parent_pg, split_ranks, timeout, pg_options, group_desc, backend)
+        if not split_ranks:
+            raise ValueError("split_ranks cannot be None or empty")
+        for ranks in split_ranks:
+            if len(ranks) == 0:
+                raise ValueError("the split group cannot be empty")
+            if len(ranks) != len(set(ranks)):
+                raise ValueError("the split group cannot have duplicate ranks")
+        me = dist.get_rank(parent)
+        mine = next((ranks for ranks in split_ranks if me in ranks), None)
+        if mine is None:
+            return dist.GroupMember.NON_GROUP_MEMBER
+        global_ranks = dist.get_process_group_ranks(parent)
+        # (new_group sorts the ranks unless told not to, where it can be: torch 2.13 on.)
+        keep_order = {"sort_ranks": False} if "sort_ranks" in inspect.signature(dist.new_group).parameters else {}
+        group = dist.new_group([global_ranks[r] for r in mine], timeout=timeout, backend=backend, pg_options=pg_options,
+                               use_local_synchronization=True, group_desc=group_desc, **keep_order)
+        group.bound_device_id = parent.bound_device_id
+        return group
+
+    return split
+
+
+def _groups_with_tpu_tensors(new_group):
+    """torch's new_group makes a group on the device the default group is bound to
+    (init_process_group(device_id=...)), and asks the new group's backend for it. A gloo group
+    (new_group(backend="gloo"), as checkpointing and TorchTitan make for CPU-side work) has no
+    tpu backend; on CUDA gloo itself covers the device. Here such a group gets tccl for its
+    tpu tensors: "gloo" becomes "cpu:gloo,tpu:tccl"."""
+
+    @functools.wraps(new_group)
+    def make(ranks=None, timeout=None, backend=None, *args, **kwargs):
+        bound = getattr(dist.distributed_c10d._get_default_group(), "bound_device_id", None) if dist.is_initialized() else None
+        if backend is not None and bound is not None and bound.type == "tpu" and kwargs.get("device_id") is None:
+            name = str(backend).lower()
+            devices = dist.Backend.backend_capability.get(name) if ":" not in name else [
+                part.split(":")[0] for part in name.split(",")]
+            if devices is not None and "tpu" not in devices and "cpu" in devices:
+                backend = (f"cpu:{name}" if ":" not in name else name) + f",tpu:{NAME}"
+        return new_group(ranks, timeout, backend, *args, **kwargs)
+
+    return make
+
+
 def register():
     """Registers "tccl" as the c10d backend of device "tpu" (and of CPU tensors in its groups)."""
     if not dist.is_available() or NAME in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(NAME, _create, extended_api=True, devices=["cpu", "tpu"])
+    # DeviceMesh imported split_group and new_group by name: every reference takes these.
+    import torch.distributed.device_mesh as device_mesh
+
+    split = _splitting_through_new_group(dist.distributed_c10d.split_group)
+    make = _groups_with_tpu_tensors(dist.distributed_c10d.new_group)
+    for module in (dist.distributed_c10d, dist, device_mesh):
+        if getattr(module, "split_group", None) is not None:
+            module.split_group = split
+        if getattr(module, "new_group", None) is not None:
+            module.new_group = make
