@@ -44,6 +44,16 @@ def test_greedy_tokens_equal_hugging_face_qwen2(tmp_path, monkeypatch, capfd):
         # _foreach_copy_, each decoding step compiled a program for the views' new offsets.
         log = capfd.readouterr().err
         assert "compile aten::_foreach_copy_" not in log, log[-3000:]
+        # Other prompts (no prefix cached), each a token shorter: new prefill token counts in
+        # the buckets met already. The platform pads a prefill's tokens to their bucket, so the
+        # model's programs (its matmuls among them) compile nothing new, and the tokens are
+        # still Hugging Face's.
+        other = [[4 + (i * 11 + k) % 60 for i in range(len(p) - 1)] for k, p in enumerate(ids)]
+        outs = engine.generate(input_ids=other, sampling_params=greedy(8))
+        log = capfd.readouterr().err
+        assert "compile aten::mm(" not in log and "compile aten::addmm(" not in log, log[-3000:]
+        for prompt, out in zip(other, outs):
+            assert out["output_ids"] == hf_greedy(model, prompt, 8), prompt
     finally:
         engine.shutdown()
 

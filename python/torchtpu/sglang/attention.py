@@ -36,6 +36,27 @@ class StepMetadata:
     max_query_len: int  # padded
 
 
+def _pad_tokens(forward_batch, tokens):
+    """Pads a prefill step's tokens to their bucket, as vLLM's CUDA graph sizes pad a step, so
+    that the model's programs come in a bounded set of sizes: the padding tokens (token 0 at
+    position 0) run through the model after the real ones, write their keys and values into
+    the KV pool's padding slot 0 (which SGLang hands to no request), and attend to nothing;
+    SGLang takes each request's last real token's logits by its lengths. Called before the
+    model runs (SGLang plans the attention first), it replaces the batch's token tensors, and
+    counts the padding as the batch's own tokens: SGLang would otherwise give the attention
+    backend the real rows only (its way with padded batches), at a new size each step."""
+    padded = bucket(tokens, 1 << 30)
+    names = ("input_ids", "positions", "out_cache_loc")
+    held = [getattr(forward_batch, name, None) for name in names]
+    if padded == tokens or any(t is None or t.dim() != 1 or t.shape[0] != tokens for t in held):
+        return False
+    for name, t in zip(names, held):
+        setattr(forward_batch, name, torch.cat([t, t.new_zeros(padded - tokens)]))
+    if getattr(forward_batch, "global_num_token_non_padded_cpu", None) is not None:
+        forward_batch.global_num_token_non_padded_cpu = padded
+    return True
+
+
 class TpuPagedAttnBackend(TorchNativeAttnBackend):
     def __init__(self, model_runner):
         super().__init__(model_runner)
@@ -61,12 +82,16 @@ class TpuPagedAttnBackend(TorchNativeAttnBackend):
         pool_indices = (pool_indices if pool_indices is not None else forward_batch.req_pool_indices.cpu())
         req_to_token = self.req_to_token_pool.req_to_token
         tokens = int(query_lens.sum())
+        padded_tokens = tokens
+        if mode.is_extend() and getattr(forward_batch, "input_embeds", None) is None and _pad_tokens(forward_batch, tokens):
+            padded_tokens = forward_batch.input_ids.shape[0]
         padded_reqs = bucket(reqs, req_to_token.shape[0])
         longest = bucket(int(query_lens.max(initial=1)), 1 << 30)
         kv_len = bucket(int(seq_lens.max(initial=1)), req_to_token.shape[1])
         starts = np.concatenate([[0], np.cumsum(query_lens)])
         req = np.repeat(np.arange(reqs), query_lens)
-        slots = req * longest + (np.arange(tokens) - starts[req])
+        slots = np.full(padded_tokens, padded_reqs * longest, dtype=np.int64)  # the zero row
+        slots[:tokens] = req * longest + (np.arange(tokens) - starts[req])
         positions = np.zeros((padded_reqs, longest), dtype=np.int64)
         positions[:reqs] = (seq_lens - query_lens)[:, None] + np.arange(longest)
         lengths = np.zeros(padded_reqs, dtype=np.int64)
@@ -75,7 +100,7 @@ class TpuPagedAttnBackend(TorchNativeAttnBackend):
         rows[:reqs] = pool_indices[:reqs].numpy()
         host = torch.from_numpy(np.concatenate([slots, positions.reshape(-1), lengths, rows]))
         packed = host.to(req_to_token.device, non_blocking=True)
-        query_slots, rest = packed[:tokens], packed[tokens:]
+        query_slots, rest = packed[:padded_tokens], packed[padded_tokens:]
         positions = rest[: padded_reqs * longest].view(padded_reqs, longest)
         lengths = rest[padded_reqs * longest : padded_reqs * longest + padded_reqs]
         rows = rest[padded_reqs * longest + padded_reqs :]

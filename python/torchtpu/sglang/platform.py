@@ -24,6 +24,20 @@ def _register_attention():
         ATTENTION_BACKEND_CHOICES.append(ATTENTION)
 
 
+def _positions_on_host(extend_prefix_lens, extend_seq_lens):
+    """Each scheduled token's position (its request's prefix length plus its index in the
+    request's new tokens) and each request's first token's index, as SGLang's
+    compute_position_torch returns them."""
+    import numpy as np
+
+    prefix, lengths = extend_prefix_lens.cpu().numpy().astype(np.int64), extend_seq_lens.cpu().numpy().astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    positions = (np.repeat(prefix - starts, lengths) + np.arange(int(lengths.sum()))).astype(np.int64)
+    device = extend_seq_lens.device
+    return (torch.from_numpy(positions).to(device),
+            torch.from_numpy(starts).to(device=device, dtype=extend_seq_lens.dtype))
+
+
 class TpuSRTPlatform(SRTPlatform):
     _enum = PlatformEnum.OOT
     device_name = "tpu"
@@ -44,6 +58,12 @@ class TpuSRTPlatform(SRTPlatform):
         from sglang.srt.model_executor import cuda_graph_buffer_registry
 
         cuda_graph_buffer_registry._has_foreach_copy = False
+        # SGLang's PyTorch form of its positions kernel (used where Triton is not) reads each
+        # request's lengths from the device and makes an arange per request: a program per new
+        # (prefix, length) pair. Computed on the host and uploaded once instead.
+        from sglang.srt.model_executor import forward_batch_info
+
+        forward_batch_info.compute_position_torch = _positions_on_host
 
     def apply_server_args_defaults(self, server_args):
         # The defaults SGLang gives its own CPU device, which needs no CUDA kernels either.
