@@ -9,7 +9,7 @@ import dataclasses
 import gc
 import os
 import time
-from functools import partial
+from functools import partial, wraps
 
 import torch
 from vllm.config import CUDAGraphMode
@@ -68,6 +68,17 @@ def _is_buffer_prefix(index):
             and index.stride(0) == 1)
 
 
+def _in_bucketed_programs(method):
+    """`method` run inside torch.tpu.bucketed_programs()."""
+
+    @wraps(method)
+    def run(*args, **kwargs):
+        with torch.tpu.bucketed_programs():
+            return method(*args, **kwargs)
+
+    return run
+
+
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device):
         _route_cuda_calls_to_tpu()
@@ -78,21 +89,10 @@ class TpuModelRunner(GPUModelRunner):
     # work on views of its step buffers cut to the step's token and request counts, which
     # change at almost every step: their ops run bucketed programs (one per power-of-two
     # bucket of sizes) rather than compiling each new count.
-    def _prepare_inputs(self, *args, **kwargs):
-        with torch.tpu.bucketed_programs():
-            return super()._prepare_inputs(*args, **kwargs)
-
-    def _preprocess(self, *args, **kwargs):
-        with torch.tpu.bucketed_programs():
-            return super()._preprocess(*args, **kwargs)
-
-    def _prepare_padding_mask(self, *args, **kwargs):
-        with torch.tpu.bucketed_programs():
-            return super()._prepare_padding_mask(*args, **kwargs)
-
-    def _get_slot_mappings(self, *args, **kwargs):
-        with torch.tpu.bucketed_programs():
-            return super()._get_slot_mappings(*args, **kwargs)
+    _prepare_inputs = _in_bucketed_programs(GPUModelRunner._prepare_inputs)
+    _preprocess = _in_bucketed_programs(GPUModelRunner._preprocess)
+    _prepare_padding_mask = _in_bucketed_programs(GPUModelRunner._prepare_padding_mask)
+    _get_slot_mappings = _in_bucketed_programs(GPUModelRunner._get_slot_mappings)
 
     def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
         # A step's tokens are padded to a power of two (as CUDA graph capture sizes pad them),
