@@ -319,10 +319,11 @@ def register():
     # DeviceMesh imported split_group and new_group by name: every reference takes these.
     import torch.distributed.device_mesh as device_mesh
 
-    split = _splitting_through_new_group(dist.distributed_c10d.split_group)
-    make = _groups_with_tpu_tensors(dist.distributed_c10d.new_group)
-    for module in (dist.distributed_c10d, dist, device_mesh):
-        if getattr(module, "split_group", None) is not None:
+    c10d = dist.distributed_c10d
+    split = _splitting_through_new_group(c10d.split_group) if hasattr(c10d, "split_group") else None
+    make = _groups_with_tpu_tensors(c10d.new_group)
+    for module in (c10d, dist, device_mesh):
+        if split is not None and getattr(module, "split_group", None) is not None:
             module.split_group = split
         if getattr(module, "new_group", None) is not None:
             module.new_group = make
