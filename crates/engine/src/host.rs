@@ -97,57 +97,52 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
     if g.covers(cell.nbytes() / dtype.size() as i64) {
         // The whole storage: upload straight into a new buffer.
-        let rt = runtime()?;
-        let buf = rt.client.buffer_from_host(src, element_type(dtype), t.sizes(), None, rt.device(cell.device)?)?;
-        let stored = Stored::ready(DevBuf::new(buf, src.len() as i64, cell.device), dtype, t.sizes().to_vec());
+        let stored = upload(src, dtype, t.sizes().to_vec(), cell.device)?;
         dispatch::locked(|held| cell.set(held, Some(stored)));
+        return Ok(());
+    }
+    if g.numel() == 0 {
         return Ok(());
     }
     // A part of the storage: the bytes go up as a buffer of their own, then a device copy
     // writes them into the view (a program that bucketed programs can serve, where the
-    // view's size changes from call to call).
+    // view's size changes from call to call). In a bucketed-programs scope the buffer holds
+    // the bucket (zeros past the data): a bucketed program's key has its inputs' buffer sizes.
+    let stored = if crate::buckets::scoped() {
+        let n = crate::buckets::bucket(g.numel());
+        let mut padded = src.to_vec();
+        padded.resize(n as usize * dtype.size(), 0);
+        upload(&padded, dtype, vec![n], cell.device)?
+    } else {
+        upload(src, dtype, t.sizes().to_vec(), cell.device)?
+    };
+    // Freed at the end of this call: a recorded copy holds the buffer, not the cell.
+    let temp = unsafe { Box::from_raw(Cell::new(stored.dims.iter().product::<i64>() * dtype.size() as i64, cell.device, Some(stored))) };
     let strides = contiguous_strides(t.sizes());
-    let mut src_tensor = TtTensor {
-        cell: std::ptr::null_mut(),
-        host: src.as_ptr() as *const _,
+    let src_tensor = TtTensor {
+        cell: &*temp as *const Cell as *mut _,
+        host: std::ptr::null(),
         sizes: t.sizes,
         strides: strides.as_ptr(),
         offset: 0,
         ndim: t.ndim,
         dtype: t.dtype,
-        flags: TT_HOST,
+        flags: 0,
     };
-    let mut uploaded = None;
-    if g.numel() > 0 {
-        let rt = runtime()?;
-        // In a bucketed-programs scope the buffer holds the bucket (zeros past the data): a
-        // bucketed program's key has its inputs' buffer sizes.
-        let mut bytes = std::borrow::Cow::Borrowed(src);
-        let mut dims = t.sizes().to_vec();
-        if crate::buckets::scoped() {
-            let n = crate::buckets::bucket(g.numel());
-            let mut padded = src.to_vec();
-            padded.resize(n as usize * dtype.size(), 0);
-            bytes = std::borrow::Cow::Owned(padded);
-            dims = vec![n];
-        }
-        let buf = rt.client.buffer_from_host(&bytes, element_type(dtype), &dims, None, rt.device(cell.device)?)?;
-        let stored = Stored::ready(DevBuf::new(buf, bytes.len() as i64, cell.device), dtype, dims);
-        // SAFETY: owned here and freed below; a recorded copy holds the buffer, not the cell.
-        let temp = unsafe { Box::from_raw(Cell::new(bytes.len() as i64, cell.device, Some(stored))) };
-        src_tensor.cell = &*temp as *const Cell as *mut _;
-        src_tensor.host = std::ptr::null();
-        src_tensor.flags = 0;
-        uploaded = Some(temp);
-    }
     let args = [
         TtArg { kind: TT_TENSOR, p: TtPayload { t: *t } },
         TtArg { kind: TT_TENSOR, p: TtPayload { t: src_tensor } },
         TtArg { kind: TT_BOOL, p: TtPayload { n: TtPair { i: 0, i2: 0 } } },
     ];
     dispatch::call(copy_op(), &args)?;
-    drop(uploaded);
     Ok(())
+}
+
+/// Dense host bytes as a new computed buffer of `dims` on `device`.
+fn upload(bytes: &[u8], dtype: DType, dims: Vec<i64>, device: i32) -> Result<Stored, Error> {
+    let rt = runtime()?;
+    let buf = rt.client.buffer_from_host(bytes, element_type(dtype), &dims, None, rt.device(device)?)?;
+    Ok(Stored::ready(DevBuf::new(buf, bytes.len() as i64, device), dtype, dims))
 }
 
 /// The whole cell's contents as bytes (zeros when never written).

@@ -44,17 +44,18 @@ def _pad_tokens(forward_batch, tokens):
     SGLang takes each request's last real token's logits by its lengths. Called before the
     model runs (SGLang plans the attention first), it replaces the batch's token tensors, and
     counts the padding as the batch's own tokens: SGLang would otherwise give the attention
-    backend the real rows only (its way with padded batches), at a new size each step."""
+    backend the real rows only (its way with padded batches), at a new size each step.
+    Returns the step's token count as the model will see it."""
     padded = bucket(tokens, 1 << 30)
     names = ("input_ids", "positions", "out_cache_loc")
     held = [getattr(forward_batch, name, None) for name in names]
     if padded == tokens or any(t is None or t.dim() != 1 or t.shape[0] != tokens for t in held):
-        return False
+        return tokens
     for name, t in zip(names, held):
         setattr(forward_batch, name, torch.cat([t, t.new_zeros(padded - tokens)]))
     if getattr(forward_batch, "global_num_token_non_padded_cpu", None) is not None:
         forward_batch.global_num_token_non_padded_cpu = padded
-    return True
+    return padded
 
 
 class TpuPagedAttnBackend(TorchNativeAttnBackend):
@@ -83,8 +84,8 @@ class TpuPagedAttnBackend(TorchNativeAttnBackend):
         req_to_token = self.req_to_token_pool.req_to_token
         tokens = int(query_lens.sum())
         padded_tokens = tokens
-        if mode.is_extend() and getattr(forward_batch, "input_embeds", None) is None and _pad_tokens(forward_batch, tokens):
-            padded_tokens = forward_batch.input_ids.shape[0]
+        if mode.is_extend() and getattr(forward_batch, "input_embeds", None) is None:
+            padded_tokens = _pad_tokens(forward_batch, tokens)
         padded_reqs = bucket(reqs, req_to_token.shape[0])
         longest = bucket(int(query_lens.max(initial=1)), 1 << 30)
         kv_len = bucket(int(seq_lens.max(initial=1)), req_to_token.shape[1])
