@@ -42,6 +42,23 @@ def test_exit_with_work_in_flight_neither_hangs_nor_crashes():
     assert out.stdout.split() == ["queued"]
 
 
+def test_exit_with_compiles_in_flight_neither_hangs_nor_crashes():
+    # Forty graphs, each run until fused eager mode queues its fused program to compile ahead
+    # of need on a worker thread; the script ends while those compile. A compile left running
+    # into the process's teardown crashed it (LLVM errors, heap corruption; the engine's
+    # compile_pool test wait_all_returns_only_after_every_submitted_compile has the race).
+    out = _run("""
+        import torch
+        for n in range(1, 41):
+            x = torch.randn(n, 33, device="tpu")
+            for _ in range(3):
+                ((x * 2 + 1).tanh() @ x.T).softmax(-1).sum().item()
+        print("queued", flush=True)
+    """, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["queued"]
+
+
 def test_accelerator_host_allocator_calls_do_not_crash():
     # torch.accelerator's host-memory calls (vLLM makes them) go to tpu's host allocator; there
     # was none, and empty_host_cache() dereferenced a null allocator (a segfault).

@@ -26,12 +26,10 @@ _C = _extension.load()  # checks the torch version, then registers the device's 
 
 if PLUGIN_PATH:
     _C.configure(PLUGIN_PATH, _OPTIONS)
-    # Compiled programs reach the persistent cache from a writer thread: exit waits for the
-    # writes still queued.
-    atexit.register(_C.flush_compile_cache)
-    # And programs still running (results nobody read) finish before the plugin is torn down:
-    # exiting under them crashed the process.
-    atexit.register(_C.wait_for_running_work)
+    # Exit waits for programs still running (results nobody read), compiles on worker threads
+    # and the persistent cache's queued writes: the plugin torn down under a running program
+    # or compile crashed the process.
+    atexit.register(_C.wait_before_exit)
 
 if torch._C._get_privateuse1_backend_name() != "tpu":
     torch.utils.rename_privateuse1_backend("tpu")

@@ -77,9 +77,11 @@ struct Queue {
     busy: usize,
     busy_ahead: usize,
     workers: usize,
+    /// Set at interpreter exit (`close`).
+    closed: bool,
 }
 
-static QUEUE: Mutex<Queue> = Mutex::new(Queue { needed: VecDeque::new(), ahead: VecDeque::new(), running: 0, busy: 0, busy_ahead: 0, workers: 0 });
+static QUEUE: Mutex<Queue> = Mutex::new(Queue { needed: VecDeque::new(), ahead: VecDeque::new(), running: 0, busy: 0, busy_ahead: 0, workers: 0, closed: false });
 /// Signals work for the workers (a new program, a worker free for one compiled ahead).
 static NEW_JOB: Condvar = Condvar::new();
 /// Signals a finished compile (to `wait_all`).
@@ -107,9 +109,14 @@ fn max_ahead() -> usize {
 }
 
 /// Queues `compile` for a worker thread; the returned program is filled when it finishes.
+/// Once the pool is closed (`close`), nothing is queued: a program compiles on the thread
+/// that waits for it, or never.
 pub fn submit(urgency: Urgency, compile: impl FnOnce() -> Result<Exe, String> + Send + 'static) -> Arc<Program> {
     let program = Arc::new(Program { done: OnceLock::new(), compile: Mutex::new(Some(Box::new(compile))) });
     let mut q = queue();
+    if q.closed {
+        return program;
+    }
     match urgency {
         Urgency::Needed => q.needed.push_back(program.clone()),
         Urgency::Ahead => q.ahead.push_back(program.clone()),
@@ -149,6 +156,7 @@ fn work() {
         q = queue();
         q.busy -= 1;
         q.busy_ahead -= ahead as usize;
+        JOB_DONE.notify_all();
         if ahead {
             // A worker waiting for its turn at a program compiled ahead may take one now.
             NEW_JOB.notify_all();
@@ -165,12 +173,22 @@ pub fn wait_all() {
     let mut q = queue();
     loop {
         // A queued program counts until it is compiled, by a worker or by a waiting thread.
+        // A worker counts as busy from taking a program off the queue, before its compile
+        // starts running.
         let pending = q.needed.iter().chain(&q.ahead).any(|p| p.done.get().is_none());
-        if !pending && q.running == 0 {
+        if !pending && q.running == 0 && q.busy == 0 {
             return;
         }
         q = JOB_DONE.wait(q).unwrap_or_else(|e| e.into_inner());
     }
+}
+
+/// Waits for every submitted compile, then queues no more (interpreter exit: a compile on a
+/// worker thread would run on into the process's teardown, under XLA's and LLVM's static
+/// destructors, and crash it).
+pub fn close() {
+    queue().closed = true;
+    wait_all();
 }
 
 /// Seconds spent compiling here.
@@ -222,6 +240,24 @@ mod tests {
         drop(release);
         wait_all();
         assert_eq!(ran_on, format!("{here:?}"));
+    }
+
+    #[test]
+    fn wait_all_returns_only_after_every_submitted_compile() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        // A worker that finished one program and took the next from the queue has not
+        // started it yet: wait_all must count it (it returned there, and a compile ran into
+        // the process's exit).
+        for _ in 0..200 {
+            let programs: Vec<_> = (0..4)
+                .map(|_| submit(Urgency::Ahead, || {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    Err("done".to_string())
+                }))
+                .collect();
+            wait_all();
+            assert!(programs.iter().all(|p| p.finished().is_some()), "wait_all returned before a compile finished");
+        }
     }
 
     #[test]

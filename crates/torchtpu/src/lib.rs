@@ -66,13 +66,19 @@ fn synchronize() -> PyResult<()> {
     engine::cell::synchronize().map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(format!("torchtpu: {}", e.message)))
 }
 
-/// Waits for the computations still running, without running what fused eager mode recorded
-/// (at exit: the plugin must not be torn down under a running program; their errors have no
-/// reader left).
+/// At interpreter exit: waits for the computations still running (without running what fused
+/// eager mode recorded: their errors would have no reader left), for the compiles on worker
+/// threads, which then take no more, and for the persistent cache's queued writes. The
+/// plugin must not be torn down under a running program or compile: both crashed the process.
 #[pyfunction]
-fn wait_for_running_work(py: Python<'_>) {
+fn wait_before_exit(py: Python<'_>) {
+    if !engine::runtime::is_initialized() {
+        return;
+    }
     py.allow_threads(|| {
         let _ = engine::cell::synchronize();
+        engine::compile_pool::close();
+        engine::runtime::flush_stores();
     });
 }
 
@@ -283,15 +289,6 @@ fn fused_eager_enabled() -> bool {
     engine::fused::enabled()
 }
 
-/// Waits for the programs compiling on worker threads and the persistent cache's queued
-/// writes (at interpreter exit).
-#[pyfunction]
-fn flush_compile_cache(py: Python<'_>) {
-    if engine::runtime::is_initialized() {
-        py.allow_threads(wait_for_background_work);
-    }
-}
-
 fn wait_for_background_work() {
     // Compiles first: each queues its program's write.
     engine::compile_pool::wait_all();
@@ -478,9 +475,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_info, m)?)?;
     m.add_function(wrap_pyfunction!(device_attributes, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
-    m.add_function(wrap_pyfunction!(wait_for_running_work, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_before_exit, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(flush_compile_cache, m)?)?;
     m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
     m.add_function(wrap_pyfunction!(bucket_scope, m)?)?;
     m.add_function(wrap_pyfunction!(fused_eager_enabled, m)?)?;
