@@ -188,6 +188,22 @@ def test_new_token_counts_in_known_buckets_compile_nothing(tmp_path, monkeypatch
         assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
 
 
+def test_after_the_warm_up_power_of_two_request_counts_compile_nothing(tmp_path, monkeypatch):
+    # The warm-up runs vLLM's whole step (input preparation, model, sampling) at each power-of-
+    # two request and token count: a request set whose steps keep such a request count then
+    # compiles no program (without the step warm-up: 52), and gives Hugging Face's tokens.
+    monkeypatch.setenv("TORCHTPU_VLLM_WARMUP", "1")
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    model, tok = save_tiny("Llama", tmp_path)
+    llm = make_llm(tmp_path)
+    prompts = token_prompts(tok, [" ".join(WORDS[i % len(WORDS)] for i in range(n)) for n in (4, 9, 13, 6)])
+    before = torch.tpu.compile_stats()["misses"]
+    outs = llm.generate(prompts, vllm.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    assert torch.tpu.compile_stats()["misses"] - before == 0
+    for prompt, out in zip(prompts, outs):
+        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
+
+
 def test_invalid_sampling_parameters_get_vllms_errors(llama):
     llm = llama[3]
     from vllm.exceptions import VLLMValidationError
