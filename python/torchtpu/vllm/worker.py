@@ -140,53 +140,73 @@ def _powers_of_two_to(cap):
 def warm_up_input_preparation(runner):
     """Runs vLLM's whole step (input preparation, model, sampling, bookkeeping) on synthetic
     requests: a prefill of each power-of-two request count with each power-of-two token count,
-    then a decode step of those requests. The runner's input preparation runs bucketed programs
-    (one per power-of-two bucket of the step's token and request counts); this compiles each of
-    them before the server meets a real request. The requests write KV cache blocks the
-    scheduler has not handed out (any block a real request gets is written before it is read)
-    and leave the runner as they found it."""
+    then a decode step of those requests; then a decode of the most requests the batch holds,
+    one of them finishing at each step, down to one (a request set's falling count, and the
+    batch condensing around each finished request). The runner's input preparation runs
+    bucketed programs (one per power-of-two bucket of the step's token and request counts) and
+    sampling a program per request count: this compiles them before the server meets a real
+    request. The requests write KV cache blocks the scheduler has not handed out (any block a
+    real request gets is written before it is read) and leave the runner as they found it.
+    Returns the number of steps."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 
     block_size = runner.cache_config.block_size
     num_blocks = max(runner.kv_cache_config.num_blocks - 1, 1)  # block 0 is vLLM's null block
-    longest = runner.max_model_len - 1  # a prompt leaves room for its decode token
-    greedy = SamplingParams(temperature=0.0, max_tokens=2)
-    step_id = 0
+    groups = len(runner.kv_cache_config.kv_cache_groups)
+    steps = 0
 
-    def run(new, cached, scheduled, finished=()):
+    def run(new=(), cached=None, scheduled=None, finished=()):
+        nonlocal steps
+        steps += 1
+        scheduled = scheduled or {}
         out = SchedulerOutput(
-            scheduled_new_reqs=new, scheduled_cached_reqs=cached, num_scheduled_tokens=scheduled,
-            total_num_scheduled_tokens=sum(scheduled.values()), scheduled_spec_decode_tokens={},
-            scheduled_encoder_inputs={}, num_common_prefix_blocks=[0] * len(runner.kv_cache_config.kv_cache_groups),
+            scheduled_new_reqs=list(new), scheduled_cached_reqs=cached or CachedRequestData.make_empty(),
+            num_scheduled_tokens=scheduled, total_num_scheduled_tokens=sum(scheduled.values()),
+            scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={}, num_common_prefix_blocks=[0] * groups,
             finished_req_ids=set(finished), free_encoder_mm_hashes=[])
         if runner.execute_model(out) is None:
             result = runner.sample_tokens(None)
             if hasattr(result, "get_output"):
                 result.get_output()
 
+    def prefill(name, lengths, room):
+        """New requests of these prompt lengths, each with blocks for `room` more tokens."""
+        ids = [f"torchtpu-warm-up-{name}-{i}" for i in range(len(lengths))]
+        new, next_block = [], 0
+        greedy = SamplingParams(temperature=0.0, max_tokens=room)
+        for req_id, n in zip(ids, lengths):
+            blocks = [1 + (next_block + k) % num_blocks for k in range(-(-(n + room) // block_size))]
+            next_block += len(blocks)
+            new.append(NewRequestData(req_id=req_id, prompt_token_ids=[0] * n, mm_features=[], sampling_params=greedy,
+                                      pooling_params=None, block_ids=(blocks,), num_computed_tokens=0,
+                                      lora_request=None))
+        run(new, scheduled=dict(zip(ids, lengths)))
+        return ids
+
+    def decode(ids, computed, outputs, finished=()):
+        """One token for each of `ids` (each has its sampled tokens in the runner's state)."""
+        cached = CachedRequestData(req_ids=list(ids), resumed_req_ids=set(), new_token_ids=[], all_token_ids={},
+                                   new_block_ids=[None] * len(ids), num_computed_tokens=list(computed),
+                                   num_output_tokens=list(outputs))
+        run(cached=cached, scheduled={i: 1 for i in ids}, finished=finished)
+
     for reqs in _powers_of_two_to(runner.max_num_reqs):
         for tokens in _powers_of_two_to(runner.max_num_tokens):
-            if tokens < reqs or -(-tokens // reqs) > longest - 1:
+            if tokens < reqs or -(-tokens // reqs) + 2 > runner.max_model_len:
                 continue
             lengths = [tokens // reqs + (i < tokens % reqs) for i in range(reqs)]
-            ids = [f"torchtpu-warm-up-{step_id}-{i}" for i in range(reqs)]
-            step_id += 1
-            new, next_block = [], 0
-            for req_id, n in zip(ids, lengths):
-                blocks = [1 + (next_block + k) % num_blocks for k in range(-(-(n + 1) // block_size))]
-                next_block += len(blocks)
-                new.append(NewRequestData(req_id=req_id, prompt_token_ids=[0] * n, mm_features=[],
-                                          sampling_params=greedy, pooling_params=None, block_ids=(blocks,),
-                                          num_computed_tokens=0, lora_request=None))
-            run(new, CachedRequestData.make_empty(), dict(zip(ids, lengths)))
-            # Each request's decode step (its first sampled token is in the runner's state).
-            decode = CachedRequestData(req_ids=ids, resumed_req_ids=set(), new_token_ids=[], all_token_ids={},
-                                       new_block_ids=[None] * reqs, num_computed_tokens=lengths,
-                                       num_output_tokens=[1] * reqs)
-            run([], decode, {i: 1 for i in ids})
-            run([], CachedRequestData.make_empty(), {}, finished=ids)
-    return 3 * step_id
+            ids = prefill(f"{reqs}-{tokens}", lengths, 2)
+            decode(ids, lengths, [1] * reqs)
+            run(finished=ids)
+    most = min(runner.max_num_reqs, runner.max_num_tokens)
+    if most + 2 <= runner.max_model_len:
+        ids = prefill("falling", [1] * most, most + 1)
+        for k in range(most):
+            # The first request finishes as the others take their (k+1)-th decode step.
+            ids, done = ids[1:], ids[:1]
+            decode(ids, [1 + k] * len(ids), [1 + k] * len(ids), finished=done)
+    return steps
 
 
 class TpuWorker(Worker):
