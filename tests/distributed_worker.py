@@ -208,6 +208,22 @@ def check_gloo_subgroup():
     close(y, reduce_all([data(r, (6,), torch.float32) for r in range(WORLD)], "sum"), "gloo group, tpu tensor", tol=1e-5)
 
 
+def check_staging_reuse():
+    # The backend stages each collective's copies in host memory it reuses from call to call:
+    # sizes that grow and shrink (empty included), dtypes that change, a collective whose inputs
+    # and outputs share that memory, and outputs that are views, each against the one-process
+    # result.
+    for i, n in enumerate([1000, 7, 0, 5000, 3, 1000]):
+        dtype = [torch.float32, torch.int64, torch.bfloat16][i % 3]
+        x = data(RANK, (n,), dtype, salt=i).to(DEV)
+        dist.all_reduce(x)
+        close(x, reduce_all([data(r, (n,), dtype, salt=i) for r in range(WORLD)], "sum"), f"all_reduce {n} {dtype}")
+        outs = [torch.zeros(2 * n + 1, dtype=dtype, device=DEV)[1::2] for _ in range(WORLD)]
+        dist.all_gather(outs, data(RANK, (n,), dtype, salt=i).to(DEV))
+        for r in range(WORLD):
+            close(outs[r], data(r, (n,), dtype, salt=i), f"all_gather {n} {dtype} from {r}")
+
+
 def check_mismatched_sizes_raise():
     # Ranks that disagree on the size must get an error, not corrupted memory.
     x = torch.ones(4 + RANK, device=DEV)
