@@ -403,3 +403,80 @@ def test_an_empty_view_at_a_new_offset_compiles_nothing(tmp_path):
     """, tmp_path, on=False)
     assert got["bad"] == []
     assert got["misses"] <= 1  # add_ of two empty views: its first call
+
+
+def test_gathers_and_scatters_match_cpu_from_one_program_per_bucket(tmp_path):
+    # index (x[i], x[i, j], negative and 2-d index tensors, non-contiguous self), gather and
+    # scatter/scatter_add (along dim 0 and 1: the index smaller than self, so the padding lanes
+    # of the index must write nothing) on prefixes of fixed buffers, with index lists uploaded
+    # from the host in the scope (each upload holds its bucket). A second pass over the same
+    # sizes compiles nothing.
+    got = run("""
+        X = torch.randn(16, 12)
+        Xd = X.to("tpu")
+        Y = torch.randn(12, 16)
+        Yt = Y.to("tpu").t()  # non-contiguous, 16 x 12
+        I = torch.zeros(16, dtype=torch.int64, device="tpu")
+        passes = []
+        for _ in range(2):
+            m0 = stats()["misses"]
+            with torch.tpu.bucketed_programs():
+                for rows in [3, 5, 6, 7, 9, 12, 16]:
+                    for r in [1, 2, 3, 5, 7]:
+                        idx = torch.randint(-rows, rows, (r,))
+                        I[:r].copy_(idx)
+                        same(Xd[:rows][I[:r]], X[:rows][idx], f"x[i] {rows} {r}")
+                        same(Yt[:rows][I[:r]], Y.t()[:rows][idx], f"yt[i] {rows} {r}")
+                        j = torch.randint(0, 12, (r,))
+                        same(Xd[:rows][I[:r], j.to("tpu")], X[:rows][idx, j], f"x[i, j] {rows} {r}")
+                        i2 = torch.randint(-rows, rows, (r, 2))
+                        same(Xd[:rows, 1][i2.to("tpu")], X[:rows, 1][i2], f"x[i2] {rows} {r}")
+                        g = torch.randint(0, 12, (rows, 3))
+                        same(Xd[:rows].gather(1, g.to("tpu")), X[:rows].gather(1, g), f"gather {rows}")
+                        n = min(r, rows)
+                        pos = torch.stack([torch.randperm(rows)[:n] for _ in range(3)], 1)
+                        src = torch.randn(n, 3)
+                        d = torch.zeros(16, 12, device="tpu")
+                        d[:rows].scatter_(0, pos.to("tpu"), src.to("tpu"))
+                        same(d[:rows], torch.zeros(rows, 12).scatter(0, pos, src), f"scatter_ {rows} {r}")
+                        cols = torch.randint(0, 12, (n, 5))
+                        d = torch.zeros(16, 12, device="tpu")
+                        d[:n].scatter_add_(1, cols.to("tpu"), src[:, :1].expand(n, 5).contiguous().to("tpu"))
+                        same(d[:n], torch.zeros(n, 12).scatter_add(1, cols, src[:, :1].expand(n, 5).contiguous()), f"scatter_add_ {n}")
+            passes.append(stats()["misses"] - m0)
+        print(json.dumps({"bad": bad, "passes": passes, "programs": stats()["bucket_programs"]}))
+    """, tmp_path, on=False)
+    assert got["bad"] == []
+    assert got["passes"][1] == 0, got
+    # 35 sizes of each call, served by one program per bucket of their sizes.
+    assert got["passes"][0] < 120, got
+
+
+def test_a_bad_index_in_a_bucketed_program_raises_pytorchs_message(tmp_path):
+    # The checks of a bucketed program read the real sizes, and report the call's own message
+    # (its size, the failing value): a value past the real size but inside the bucket fails.
+    got = run("""
+        X = torch.randn(16, 3, device="tpu")
+        I = torch.zeros(16, dtype=torch.int64, device="tpu")
+        errors = []
+        with torch.tpu.bucketed_programs():
+            for rows, bad_value in [(5, 5), (6, -7), (7, 7), (5, 100), (3, -4)]:
+                I[:4].copy_(torch.tensor([0, 1, bad_value, 2]))
+                for call in (lambda: X[:rows][I[:4]],
+                             lambda: X[:rows, 0][I[:4].view(2, 2)],
+                             lambda: torch.zeros(rows, 3, device="tpu").scatter_(0, I[:4].abs().view(4, 1), 1.0)):
+                    try:
+                        call().cpu()
+                        errors.append(None)
+                    except (IndexError, RuntimeError) as e:
+                        errors.append(type(e).__name__ + ": " + str(e).splitlines()[0])
+                same(X[:rows][I[:2]], X.cpu()[:rows][:2], f"good after bad {rows}")
+        print(json.dumps({"bad": bad, "errors": errors, "programs": stats()["bucket_programs"]}))
+    """, tmp_path, on=False)
+    assert got["bad"] == []
+    want = []
+    for rows, v in [(5, 5), (6, -7), (7, 7), (5, 100), (3, -4)]:
+        want += [f"IndexError: index {v} is out of bounds for dimension 0 with size {rows}"] * 2
+        want.append(f"RuntimeError: index {abs(v)} is out of bounds for dimension 0 with size {rows}")
+    assert got["errors"] == want
+    assert got["programs"] > 0

@@ -188,20 +188,29 @@ def test_new_token_counts_in_known_buckets_compile_nothing(tmp_path, monkeypatch
         assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
 
 
-def test_after_the_warm_up_power_of_two_request_counts_compile_nothing(tmp_path, monkeypatch):
-    # The warm-up runs vLLM's whole step (input preparation, model, sampling) at each power-of-
-    # two request and token count: a request set whose steps keep such a request count then
-    # compiles no program (without the step warm-up: 52), and gives Hugging Face's tokens.
+def test_after_the_warm_up_request_sets_compile_nothing(tmp_path, monkeypatch):
+    # The warm-up runs vLLM's whole step (input preparation, model, sampling) over the request
+    # and token counts' buckets: request sets of any shape then compile no program (before the
+    # step warm-up, the first set alone compiled 52), and give Hugging Face's tokens. The sets:
+    # counts that stay, counts that fall as requests finish, more prompts than the batch holds
+    # (new requests join as others leave), a long prompt with a short one, each with its own
+    # number of output tokens.
     monkeypatch.setenv("TORCHTPU_VLLM_WARMUP", "1")
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     model, tok = save_tiny("Llama", tmp_path)
     llm = make_llm(tmp_path)
-    prompts = token_prompts(tok, [" ".join(WORDS[i % len(WORDS)] for i in range(n)) for n in (4, 9, 13, 6)])
-    before = torch.tpu.compile_stats()["misses"]
-    outs = llm.generate(prompts, vllm.SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
-    assert torch.tpu.compile_stats()["misses"] - before == 0
-    for prompt, out in zip(prompts, outs):
-        assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, 6), prompt
+    sets = [[4, 9, 13, 6], [3, 9, 13], [5, 7, 2, 11, 4], [40, 3], [17, 17, 17], [30, 50, 2, 9]]
+    compiles = []
+    for k, lengths in enumerate(sets):
+        prompts = token_prompts(tok, [" ".join(WORDS[(i * 7 + k) % len(WORDS)] for i in range(n)) for n in lengths])
+        outputs = [2 + (i + k) % 6 for i in range(len(lengths))]
+        before = torch.tpu.compile_stats()["misses"]
+        outs = llm.generate(prompts, [vllm.SamplingParams(temperature=0, max_tokens=m, ignore_eos=True) for m in outputs],
+                            use_tqdm=False)
+        compiles.append(torch.tpu.compile_stats()["misses"] - before)
+        for prompt, m, out in zip(prompts, outputs, outs):
+            assert list(out.outputs[0].token_ids) == hf_greedy(model, tok, prompt, m), (lengths, prompt)
+    assert compiles == [0] * len(sets)
 
 
 def test_invalid_sampling_parameters_get_vllms_errors(llama):

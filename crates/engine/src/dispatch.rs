@@ -672,10 +672,10 @@ fn lookup_bucketed(
         bucket_key_arg(&mut layout, a, specialize, scan, held, false);
     }
     // The exact shapes' lowering, not compiled: PyTorch's errors, out= resizes, result sizes.
-    let (dims, constants) = match dry_run(info, f, specialize, args, scan, held)? {
+    let (dims, constants, failures) = match dry_run(info, f, specialize, args, scan, held)? {
         Dry::Resize(i, dims) => return Ok(Some(Looked::Resize(i, dims))),
         Dry::Exact => return Ok(None),
-        Dry::Results(dims, constants) => (dims, constants),
+        Dry::Results(dims, constants, failures) => (dims, constants, failures),
     };
     let mut geometry = Vec::new();
     buckets::input_geometry(args, &mut geometry);
@@ -683,6 +683,8 @@ fn lookup_bucketed(
         layout.push(buckets::capacity(d) as u64);
         geometry.extend_from_slice(d);
     }
+    layout.push(failures.len() as u64);
+    geometry.extend_from_slice(&failures);
     engine.tick += 1;
     let tick = engine.tick;
     let entry = match engine.cache.get_mut(layout.as_slice()) {
@@ -1092,10 +1094,12 @@ fn constant_scalars(text: &str, n: usize) -> Vec<Option<[u8; 8]>> {
 
 enum Dry {
     Resize(usize, Vec<i64>),
-    /// The lowering adds checks or replaces the module: not for a bucketed program.
+    /// The lowering replaces the module, or adds checks a bucketed program cannot make: not
+    /// for a bucketed program.
     Exact,
-    /// The sizes of the new results, and their constants (Entry::constants).
-    Results(Vec<Vec<i64>>, Vec<Option<[u8; 8]>>),
+    /// The sizes of the new results, their constants (Entry::constants), and the failure ids
+    /// of the call's device checks, member by member (`bucketed_failure_ids`).
+    Results(Vec<Vec<i64>>, Vec<Option<[u8; 8]>>, Vec<i64>),
 }
 
 /// Lowers the call at its exact shapes without compiling (see lookup_bucketed).
@@ -1108,13 +1112,34 @@ fn dry_run(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: &[TtArg
         return Ok(Dry::Resize(i, dims));
     }
     let o = b.returned_outputs(outs);
-    if !b.cx.checks.is_empty() || b.cx.module_override.is_some() {
+    let Some(failures) = bucketed_failure_ids(info, &b.cx.checks).filter(|_| b.cx.module_override.is_none()) else {
         return Ok(Dry::Exact);
-    }
+    };
     // Only a 0-d result can be a constant number: most calls skip printing the module.
     let n = o.specs.len();
     let constants = if o.specs.iter().any(|s| s.dims().is_empty()) { constant_scalars(&b.cx.b.finish_with_aliases(&o.results, &[]), n) } else { vec![None; n] };
-    Ok(Dry::Results(o.specs.iter().map(|s| s.dims().to_vec()).collect(), constants))
+    Ok(Dry::Results(o.specs.iter().map(|s| s.dims().to_vec()).collect(), constants, failures))
+}
+
+/// A bucketed program's checks (an op declared `.bucketed()` that checks its indices against
+/// its inputs' real sizes) report the messages of the call's exact shapes ("... with size 5"):
+/// their failure ids, computed here from the exact lowering's checks, are runtime inputs
+/// (after the result sizes in the geometry). None if a check is made on the host.
+fn bucketed_failure_ids(info: &OpInfo, checks: &[lowerings::Check]) -> Option<Vec<i64>> {
+    if checks.is_empty() {
+        return Some(Vec::new());
+    }
+    if !info.lowering.is_some_and(|l| l.bucketed) {
+        return None;
+    }
+    let mut ids = Vec::new();
+    for c in checks {
+        if !matches!(c.eval, lowerings::CheckEval::Device(_)) {
+            return None;
+        }
+        ids.extend(c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)));
+    }
+    Some(ids)
 }
 
 /// Lowers and compiles the bucketed program of a call (buckets.rs); None if the op's lowering does
@@ -1125,9 +1150,12 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let geo = b.feed(TensorType { elem: ElemType::I64, dims: vec![geometry.len() as i64] }, Feed::Geometry);
     b.bucket = Some(BucketBuild { geo, next: 0, starts: Vec::new() });
     if info.lowering.is_some_and(|l| l.bucketed) {
-        b.cx.padded = Some(lowerings::Padded { real: Vec::new(), results: dims.iter().map(|d| buckets::padded(d)).collect() });
+        b.cx.padded = Some(lowerings::Padded { real: Vec::new(), results: dims.iter().map(|d| buckets::padded(d)).collect(), declined: false });
     }
     let lowered = b.lower_call(info, f, args, Sizing::None)?;
+    if b.cx.padded.as_ref().is_some_and(|p| p.declined) {
+        return Ok(None);
+    }
     let mut outs = lowered.into_iter();
     if b.write_arguments(info, args, Sizing::None, &mut outs)?.is_some() {
         return Ok(None);
@@ -1145,9 +1173,10 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
         o.results[i] = flat;
     }
     b.append_written_bases(&mut o);
-    if !b.cx.checks.is_empty() {
+    // The failure ids follow the result sizes in the geometry (lookup_bucketed).
+    let Some(checks) = b.attach_bucketed_checks(geo, at, geometry.len() - at, &mut o.results) else {
         return Ok(None);
-    }
+    };
     let feeds = b.ordered_feeds();
     let aliases = donate_written_buffers(&b.cx, &feeds, &o.results, &mut o.specs);
     let text = b.cx.b.finish_with_aliases(&o.results, &aliases);
@@ -1155,7 +1184,7 @@ fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args: 
     let kept = Some(Arc::from(text.as_str()));
     let constants = constant_scalars(&text, o.specs.len());
     let (exe, quick) = compile_program(info, text, Tiering::Class(class), false)?;
-    Ok(Some(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks: false }))
+    Ok(Some(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks }))
 }
 
 impl Builder<'_> {
@@ -1261,7 +1290,14 @@ impl Builder<'_> {
                     host_checks.push(checks::HostCheck { kind: c.kind, messages: c.messages, members, shape });
                 }
                 lowerings::CheckEval::Device(v) => {
-                    let ids: Vec<i64> = c.messages.iter().map(|m| checks::failure_id(c.kind, m, &info.base)).collect();
+                    let ids: Vec<Value> = c
+                        .messages
+                        .iter()
+                        .map(|m| {
+                            let id = self.cx.b.constant_i64(checks::failure_id(c.kind, m, &info.base), ElemType::I64);
+                            self.cx.b.broadcast_in_dim(id, &[1], &[])
+                        })
+                        .collect();
                     let row = failure_row(&mut self.cx, v, &ids);
                     first = Some(match first {
                         None => row,
@@ -1270,13 +1306,39 @@ impl Builder<'_> {
                 }
             }
         }
-        let device_checks = first.is_some();
-        if let Some(row) = first {
-            // (Not aliased to its input: XLA would add a copy to update it in place.)
-            let acc = self.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
-            results.push(keep_first(&mut self.cx, acc, row));
+        Ok((host_checks, self.update_check_acc(first, results)))
+    }
+
+    /// A bucketed program's device checks, their failure ids read from the geometry
+    /// (`count` of them from `at`). Whether it has any; None if the lowering made a different
+    /// number of check members than the exact shapes' lowering did.
+    fn attach_bucketed_checks(&mut self, geo: Value, at: usize, count: usize, results: &mut Vec<Value>) -> Option<bool> {
+        let mut first: Option<Value> = None;
+        let mut next = at;
+        for c in std::mem::take(&mut self.cx.checks) {
+            let lowerings::CheckEval::Device(v) = c.eval else { return None };
+            if next + c.messages.len() > at + count {
+                return None;
+            }
+            let ids: Vec<Value> = (next..next + c.messages.len()).map(|i| self.cx.b.slice(geo, &[i as i64], &[i as i64 + 1], &[1])).collect();
+            next += ids.len();
+            let row = failure_row(&mut self.cx, v, &ids);
+            first = Some(match first {
+                None => row,
+                Some(prev) => keep_first(&mut self.cx, prev, row),
+            });
         }
-        Ok((host_checks, device_checks))
+        (next == at + count).then(|| self.update_check_acc(first, results))
+    }
+
+    /// With checks (`first`: their first failure), the device's check accumulator becomes an
+    /// input and, updated, the program's last result. Whether there were checks.
+    fn update_check_acc(&mut self, first: Option<Value>, results: &mut Vec<Value>) -> bool {
+        let Some(row) = first else { return false };
+        // (Not aliased to its input: XLA would add a copy to update it in place.)
+        let acc = self.feed(TensorType { elem: ElemType::I64, dims: vec![3] }, Feed::CheckAcc);
+        results.push(keep_first(&mut self.cx, acc, row));
+        true
     }
 
     /// The program's parameters in order: the builder's feeds, and the float scalars the
@@ -1343,7 +1405,7 @@ fn compile_module(info: &OpInfo, module: &[u8]) -> Result<Arc<Program>, Error> {
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]
 /// (id 0: passed).
-fn failure_row(cx: &mut Cx, v: Value, ids: &[i64]) -> Value {
+fn failure_row(cx: &mut Cx, v: Value, ids: &[Value]) -> Value {
     let code = cx.b.slice(v, &[0], &[1], &[1]);
     let rest = cx.b.slice(v, &[1], &[3], &[1]);
     let mut id = cx.b.constant_i64(0, ElemType::I64);
@@ -1353,9 +1415,7 @@ fn failure_row(cx: &mut Cx, v: Value, ids: &[i64]) -> Value {
         let mc = cx.b.constant_i64(m as i64 + 1, ElemType::I64);
         let mc = cx.b.broadcast_in_dim(mc, &id_dims, &[]);
         let hit = cx.b.compare(stablehlo::CmpDir::Eq, code, mc);
-        let hc = cx.b.constant_i64(h, ElemType::I64);
-        let hc = cx.b.broadcast_in_dim(hc, &id_dims, &[]);
-        id = cx.b.select(hit, hc, id);
+        id = cx.b.select(hit, h, id);
     }
     cx.b.concatenate(&[id, rest], 0)
 }

@@ -96,8 +96,18 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
     let dtype = DType::from_code(t.dtype).ok_or_else(|| Error::runtime(format!("torchtpu: dtype code {} is not supported", t.dtype)))?;
     let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
     if g.covers(cell.nbytes() / dtype.size() as i64) {
-        // The whole storage: upload straight into a new buffer.
-        let stored = upload(src, dtype, t.sizes().to_vec(), cell.device)?;
+        // The whole storage: upload straight into a new buffer. In a bucketed-programs scope
+        // the buffer holds the storage's bucket, flat (zeros past the data), as a bucketed
+        // program's result does: a tensor made from host data sized by the step (a serving
+        // step's list of indices) then meets the same programs at every size in its bucket.
+        let n = g.numel();
+        let stored = if crate::buckets::scoped() && t.ndim > 0 && n > 1 && crate::buckets::bucket(n) <= crate::buckets::MAX_ELEMENTS {
+            let mut padded = src.to_vec();
+            padded.resize(crate::buckets::bucket(n) as usize * dtype.size(), 0);
+            upload(&padded, dtype, vec![crate::buckets::bucket(n)], cell.device)?
+        } else {
+            upload(src, dtype, t.sizes().to_vec(), cell.device)?
+        };
         dispatch::locked(|held| cell.set(held, Some(stored)));
         return Ok(());
     }

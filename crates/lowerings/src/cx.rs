@@ -38,6 +38,9 @@ pub struct Padded {
     pub real: Vec<(Value, Vec<Value>)>,
     /// The padded dims each result must have.
     pub results: Vec<Vec<i64>>,
+    /// Set by a lowering that cannot serve this call padded (`Cx::decline_padded`): the call
+    /// then compiles for its exact shapes.
+    pub declined: bool,
 }
 
 impl Padded {
@@ -83,6 +86,9 @@ pub struct Bound {
     pub lo: i64,
     pub hi: i64,
     pub message: String,
+    /// In a bucketed program, the indexed dim's real size (0-d int64, known at run time): it
+    /// takes the place of `hi`, and of `-hi` where `lo` is `-hi` (`hi` being the padded size).
+    pub real_size: Option<Value>,
 }
 
 impl std::ops::Deref for Cx {
@@ -128,7 +134,20 @@ impl Cx {
     /// tensor as the lowering got it (not a converted copy), so that a CPU index is checked on
     /// the host at the call.
     pub fn check_index(&mut self, index: Value, lo: i64, hi: i64, kind: ErrorKind, message: impl Into<String>) {
-        self.check_indices(kind, vec![Bound { index, lo, hi, message: message.into() }]);
+        self.check_indices(kind, vec![Bound { index, lo, hi, message: message.into(), real_size: None }]);
+    }
+
+    /// In a bucketed program, the real sizes of the padded argument `v` (0-d int64 values);
+    /// None elsewhere.
+    pub fn real_sizes(&self, v: Value) -> Option<Vec<Value>> {
+        self.padded.as_ref().and_then(|p| p.real_sizes(v)).map(<[Value]>::to_vec)
+    }
+
+    /// In a bucketed program, says that this lowering cannot serve the call padded.
+    pub fn decline_padded(&mut self) {
+        if let Some(p) = self.padded.as_mut() {
+            p.declined = true;
+        }
     }
 
     /// Index tensors that broadcast together (`x[i, j]`): the failure reported is the first
@@ -147,7 +166,7 @@ impl Cx {
         let messages = bounds.iter().map(|b| b.message.clone()).collect();
         let tags: Vec<Option<u32>> =
             bounds.iter().map(|b| self.host_params.iter().find(|(v, _)| *v == b.index).map(|&(_, t)| t)).collect();
-        if tags.iter().all(|t| t.is_some()) {
+        if tags.iter().all(|t| t.is_some()) && bounds.iter().all(|b| b.real_size.is_none()) {
             let members = bounds
                 .iter()
                 .zip(&tags)
@@ -164,8 +183,14 @@ impl Cx {
             let v = self.b.convert(b.index, i64t);
             let v = self.b.broadcast_to(v, &shape);
             let v = self.b.reshape(v, &[n, 1]);
-            let lo = self.const_i64(b.lo, &[n, 1]);
-            let hi = self.const_i64(b.hi, &[n, 1]);
+            let (lo, hi) = match b.real_size {
+                None => (self.const_i64(b.lo, &[n, 1]), self.const_i64(b.hi, &[n, 1])),
+                Some(real) => {
+                    let hi = self.b.broadcast_in_dim(real, &[n, 1], &[]);
+                    let lo = if b.lo < 0 { self.b.neg(hi) } else { self.const_i64(b.lo, &[n, 1]) };
+                    (lo, hi)
+                }
+            };
             let below = self.b.compare(CmpDir::Lt, v, lo);
             let above = self.b.compare(CmpDir::Ge, v, hi);
             bads.push(self.b.or(below, above));
@@ -196,6 +221,7 @@ impl Cx {
             let kk = self.b.constant_i64(k, i64t);
             (self.b.rem(first, kk), self.b.div(first, kk))
         };
+        let position = self.real_position(position, &shape, &shapes, &bounds);
         let one = self.b.constant_i64(1, i64t);
         let code = self.b.add(member, one);
         let total = self.b.constant_i64(n * k, i64t);
@@ -204,6 +230,44 @@ impl Cx {
         let parts: Vec<Value> = [code, position, value].iter().map(|&v| self.b.reshape(v, &[1])).collect();
         let bad = self.b.concatenate(&parts, 0);
         self.checks.push(Check { kind, messages, eval: CheckEval::Device(bad) });
+    }
+
+    /// In a bucketed program, a position in the padded broadcast `shape` as the position of
+    /// the same element in the real one (PyTorch's report). The first failure is always a real
+    /// element: padding repeats the last real index along each dim. Elsewhere, and for one
+    /// dim (where padding only appends), `position` itself.
+    fn real_position(&mut self, position: Value, shape: &[i64], shapes: &[Vec<i64>], bounds: &[Bound]) -> Value {
+        if self.padded.is_none() || shape.len() < 2 {
+            return position;
+        }
+        // Each dim's real size: that of a member whose padded size there is not 1.
+        let mut real = Vec::with_capacity(shape.len());
+        for (d, &s) in shape.iter().enumerate() {
+            if s == 1 {
+                real.push(self.b.constant_i64(1, ElemType::I64));
+                continue;
+            }
+            let member = bounds.iter().zip(shapes).find_map(|(b, dims)| {
+                let at = (d + dims.len()).checked_sub(shape.len())?;
+                (dims[at] == s).then(|| self.padded.as_ref().unwrap().real_sizes(b.index).map(|r| r[at]))
+            });
+            match member.flatten() {
+                Some(r) => real.push(r),
+                None => return position,
+            }
+        }
+        let mut rest = position;
+        let mut at = self.b.constant_i64(0, ElemType::I64);
+        let mut stride = self.b.constant_i64(1, ElemType::I64);
+        for (d, &s) in shape.iter().enumerate().rev() {
+            let size = self.b.constant_i64(s, ElemType::I64);
+            let coord = self.b.rem(rest, size);
+            rest = self.b.div(rest, size);
+            let part = self.b.mul(coord, stride);
+            at = self.b.add(at, part);
+            stride = self.b.mul(stride, real[d]);
+        }
+        at
     }
 
     /// A check computed by the lowering itself: `bad` is an int64 [3] value, [0, _, _] when
@@ -487,7 +551,7 @@ mod tests {
         let mut cx = Cx::new();
         let i = param(&mut cx, &[2, 1], true);
         let j = param(&mut cx, &[3], true);
-        let b = |index, size: i64| Bound { index, lo: -size, hi: size, message: "m {value}".into() };
+        let b = |index, size: i64| Bound { index, lo: -size, hi: size, message: "m {value}".into(), real_size: None };
         cx.check_indices(ErrorKind::Index, vec![b(i, 4), b(j, 5)]);
         let CheckEval::Host { members, shape } = &cx.checks[0].eval else { panic!("expected a host check") };
         assert_eq!(shape, &vec![2, 3]);
@@ -501,8 +565,8 @@ mod tests {
         let j = param(&mut cx, &[4], false);
         cx.check_index(j, 0, 9, ErrorKind::Runtime, "bad {value}");
         cx.check_indices(ErrorKind::Index, vec![
-            Bound { index: i, lo: 0, hi: 2, message: "a".into() },
-            Bound { index: j, lo: 0, hi: 2, message: "b".into() },
+            Bound { index: i, lo: 0, hi: 2, message: "a".into(), real_size: None },
+            Bound { index: j, lo: 0, hi: 2, message: "b".into(), real_size: None },
         ]);
         assert_eq!(cx.checks.len(), 2);
         for c in &cx.checks {

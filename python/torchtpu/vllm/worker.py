@@ -68,6 +68,21 @@ def _is_buffer_prefix(index):
             and index.stride(0) == 1)
 
 
+class _GatheredAtInBuckets(torch.Tensor):
+    """The step's logits indices (each request's last scheduled token). The model's hidden
+    states are gathered at them in a bucketed-programs scope: one program per bucket of the
+    request count, rather than one per count (a count that comes back would also compile a
+    program of its own). Every other use sees a plain tensor."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            if func is torch.Tensor.__getitem__ and isinstance(args[1], cls):
+                with torch.tpu.bucketed_programs():
+                    return func(*args)
+            return func(*args, **(kwargs or {}))
+
+
 def _in_bucketed_programs(method):
     """`method` run inside torch.tpu.bucketed_programs()."""
 
@@ -89,7 +104,31 @@ class TpuModelRunner(GPUModelRunner):
     # work on views of its step buffers cut to the step's token and request counts, which
     # change at almost every step: their ops run bucketed programs (one per power-of-two
     # bucket of sizes) rather than compiling each new count.
-    _prepare_inputs = _in_bucketed_programs(GPUModelRunner._prepare_inputs)
+    def _prepare_inputs(self, *args, **kwargs):
+        with torch.tpu.bucketed_programs():
+            logits_indices, *rest = GPUModelRunner._prepare_inputs(self, *args, **kwargs)
+        return (logits_indices.as_subclass(_GatheredAtInBuckets), *rest)
+
+    def _prepare_input_ids(self, *args, **kwargs):
+        # With async scheduling, the previous step's sampled tokens ([requests, 1], on the
+        # device) are copied into this step's inputs at the requests that carry on: a gather
+        # at a list of rows and a scatter at a list of positions, the lists uploaded per step.
+        # Those run in the input preparation's scope, where the uploads hold their bucket
+        # (engine host.rs); the sampled tokens are first copied into a buffer of the batch's
+        # most requests, so that the gather's programs do not also come per request count.
+        prev = self.input_batch.prev_sampled_token_ids
+        if prev is None or prev.dim() != 2 or prev.shape[1] != 1 or prev.shape[0] > self.max_num_reqs:
+            return GPUModelRunner._prepare_input_ids(self, *args, **kwargs)
+        held = getattr(self, "_prev_sampled_held", None)
+        if held is None or held.dtype != prev.dtype:
+            held = self._prev_sampled_held = torch.zeros(self.max_num_reqs, 1, dtype=prev.dtype, device=prev.device)
+        held[:prev.shape[0]].copy_(prev)
+        self.input_batch.prev_sampled_token_ids = held
+        try:
+            return GPUModelRunner._prepare_input_ids(self, *args, **kwargs)
+        finally:
+            self.input_batch.prev_sampled_token_ids = prev
+
     _preprocess = _in_bucketed_programs(GPUModelRunner._preprocess)
     _prepare_padding_mask = _in_bucketed_programs(GPUModelRunner._prepare_padding_mask)
     _get_slot_mappings = _in_bucketed_programs(GPUModelRunner._get_slot_mappings)
@@ -199,7 +238,27 @@ def warm_up_input_preparation(runner):
             ids = prefill(f"{reqs}-{tokens}", lengths, 2)
             decode(ids, lengths, [1] * reqs)
             run(finished=ids)
+    # Token counts below their padded size, one per (padded size, bucket of the padding):
+    # the step buffers' partial copies and the padding's fills at each of their buckets.
+    longest = runner.max_model_len - 2
+    met = set()
+    for tokens in range(1, runner.max_num_tokens + 1):
+        padded = bucket(tokens, runner.max_num_tokens)
+        reqs = -(-tokens // longest)
+        shape = (padded, 1 << (padded - tokens - 1).bit_length())
+        if padded == tokens or shape in met or reqs > runner.max_num_reqs:
+            continue
+        met.add(shape)
+        lengths = [tokens // reqs + (i < tokens % reqs) for i in range(reqs)]
+        run(finished=prefill(f"tokens-{tokens}", lengths, 2))
     most = min(runner.max_num_reqs, runner.max_num_tokens)
+    # A request finishing at the front of the batch moves the last one into its row: the next
+    # step copies the other requests' sampled tokens in a new order (a gather and a scatter of
+    # as many rows), met here at each bucket of their number.
+    for carried in _powers_of_two_to(most - 1) if most > 1 else ():
+        ids = prefill(f"moved-{carried}", [1] * (carried + 1), 2)
+        decode(ids[1:], [1] * carried, [1] * carried, finished=ids[:1])
+        run(finished=ids[1:])
     if most + 2 <= runner.max_model_len:
         ids = prefill("falling", [1] * most, most + 1)
         for k in range(most):

@@ -20,13 +20,15 @@ use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("index_select", index_select),
-    op("gather", gather),
-    op("scatter", scatter),
-    op("scatter_add", scatter_add),
+    // Bucketed (padded inputs, see the engine's buckets.rs): their index checks and negative
+    // indices read self's real sizes, and scatters drop the index's padding lanes.
+    op("gather", gather).bucketed(),
+    op("scatter", scatter).bucketed(),
+    op("scatter_add", scatter_add).bucketed(),
     op("scatter_reduce", scatter_reduce),
     // x[mask] keeps its composite: it sizes the output by counting the mask; the lowering reads it.
-    op("index", index).host_tensors().keep_composite(&["index.Tensor"]),
-    op("_unsafe_index", index),
+    op("index", index).host_tensors().keep_composite(&["index.Tensor"]).bucketed(),
+    op("_unsafe_index", index).bucketed(),
     op("index_put", index_put).host_tensors(),
     op("_index_put_impl", index_put).host_tensors(),
     op("_unsafe_index_put", index_put),
@@ -44,11 +46,17 @@ pub(crate) const OPS: &[Op] = &[
 
 /// `i < 0 ? i + n : i` as int64 (Python-style negative indices).
 pub(crate) fn wrap_negative(cx: &mut Cx, idx: Value, n: i64) -> Value {
+    let n = cx.b.constant_i64(n, ElemType::I64);
+    wrap_negative_by(cx, idx, n)
+}
+
+/// `wrap_negative` by a 0-d int64 size known at run time (a bucketed program's real size).
+fn wrap_negative_by(cx: &mut Cx, idx: Value, n: Value) -> Value {
     let i = cx.convert(idx, ElemType::I64);
     let dims = cx.dims(i);
     let zero = cx.full(0.0, I64, &dims);
     let neg = cx.compare(CmpDir::Lt, i, zero);
-    let nn = cx.full(n as f64, I64, &dims);
+    let nn = cx.broadcast_in_dim(n, &dims, &[]);
     let w = cx.add(i, nn);
     cx.select(neg, w, i)
 }
@@ -122,7 +130,8 @@ fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if numel(&id) == 0 {
         return one(cx.full(0.0, x.dtype, &id));
     }
-    check_along(cx, index.v, dim, xs[dim]);
+    let real_size = real_dim(cx, x.v, dim);
+    check_along(cx, index.v, dim, xs[dim], real_size);
     if xs[dim] == 0 {
         // Every index fails the check.
         return one(cx.full(0.0, x.dtype, &id));
@@ -135,9 +144,14 @@ fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 }
 
 /// gather's and scatter's bounds check: indices into dim `dim` (of size `size`) in 0..size.
-fn check_along(cx: &mut Cx, index: Value, dim: usize, size: i64) {
-    let msg = format!("index {{value}} is out of bounds for dimension {dim} with size {size}");
-    cx.check_index(index, 0, size, ErrorKind::Runtime, msg);
+/// In a bucketed program, the real size of dim `d` of the padded argument `v`.
+fn real_dim(cx: &Cx, v: Value, d: usize) -> Option<Value> {
+    cx.real_sizes(v).and_then(|r| r.get(d).copied())
+}
+
+fn check_along(cx: &mut Cx, index: Value, dim: usize, size: i64, real_size: Option<Value>) {
+    let message = format!("index {{value}} is out of bounds for dimension {dim} with size {size}");
+    cx.check_indices(ErrorKind::Runtime, vec![Bound { index, lo: 0, hi: size, message, real_size }]);
 }
 
 /// The shared checks of scatter, scatter_add and scatter_reduce, the bounds of the index
@@ -184,7 +198,8 @@ fn scatter_check(cx: &mut Cx, x: &Tensor, dim: i64, index: &Tensor, src: Option<
             dim
         );
     }
-    check_along(cx, index.v, dim, xs[dim]);
+    let real_size = real_dim(cx, x.v, dim);
+    check_along(cx, index.v, dim, xs[dim], real_size);
     Ok(dim)
 }
 
@@ -211,7 +226,27 @@ fn scatter_impl(cx: &mut Cx, x: &Tensor, dim: usize, index: &Tensor, updates: Va
         return x.v;
     }
     let xv = cx.reshape(x.v, &nonempty(&xd));
-    let iv = cx.reshape(index.v, &nonempty(&id));
+    let iv = match cx.real_sizes(index.v).filter(|r| !r.is_empty()) {
+        // In a bucketed program: the padding lanes of the index point past the dim, so their
+        // updates are dropped (along another dim they would land on real elements).
+        Some(real) => {
+            let i = cx.convert(index.v, ElemType::I64);
+            let mut real_lane: Option<Value> = None;
+            for (d, r) in real.into_iter().enumerate() {
+                let lane = cx.iota(&stablehlo::TensorType::new(ElemType::I64, &id), d as i64);
+                let r = cx.broadcast_in_dim(r, &id, &[]);
+                let inside = cx.compare(CmpDir::Lt, lane, r);
+                real_lane = Some(match real_lane {
+                    Some(m) => cx.and(m, inside),
+                    None => inside,
+                });
+            }
+            let past = cx.full(nonempty(&xd)[dim] as f64, I64, &id);
+            let i = cx.select(real_lane.unwrap(), i, past);
+            cx.reshape(i, &nonempty(&id))
+        }
+        None => cx.reshape(index.v, &nonempty(&id)),
+    };
     let coords = along_coords(cx, iv, dim);
     let out = scatter_points(cx, xv, coords, updates, c);
     cx.reshape(out, &xd)
@@ -424,8 +459,9 @@ fn index_list(args: &Args) -> Result<Vec<Option<Tensor>>> {
     args.opt_tensors("indices")
 }
 
-/// Validates the index tensors (ints only: boolean masks are handled by the callers).
-fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>]) -> Result<Option<Advanced>> {
+/// Validates the index tensors (ints only: boolean masks are handled by the callers). `real`:
+/// in a bucketed program, self's real sizes (negative indices count from them).
+fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>], real: Option<&[Value]>) -> Result<Option<Advanced>> {
     check!(
         indices.len() <= xd.len(),
         Index,
@@ -469,7 +505,10 @@ fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>]) -> Result<Optio
     for &p in &pos {
         let t = indices[p].unwrap();
         let b = cx.broadcast_to(t.v, &bshape);
-        let w = wrap_negative(cx, b, xd[p]);
+        let w = match real {
+            Some(r) => wrap_negative_by(cx, b, r[p]),
+            None => wrap_negative(cx, b, xd[p]),
+        };
         parts.push(cx.reshape(w, &cshape));
     }
     let coords = cx.concatenate(&parts, bshape.len() as i64);
@@ -479,13 +518,13 @@ fn advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>]) -> Result<Optio
 /// PyTorch's bounds check of advanced indices: the index tensors the user gave (`user`; not the
 /// coordinates a boolean mask expanded to) in -size..size of their dims. PyTorch names a dim
 /// by its place among the index tensors (after mask expansion).
-fn check_advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>], user: &[Value]) {
+fn check_advanced(cx: &mut Cx, xd: &[i64], indices: &[Option<Tensor>], user: &[Value], real: Option<&[Value]>) {
     let mut bounds = Vec::new();
     for (j, (d, t)) in indices.iter().enumerate().filter_map(|(d, t)| t.map(|t| (d, t))).enumerate() {
         if user.contains(&t.v) {
             let size = xd[d];
             let message = format!("index {{value}} is out of bounds for dimension {j} with size {size}");
-            bounds.push(Bound { index: t.v, lo: -size, hi: size, message });
+            bounds.push(Bound { index: t.v, lo: -size, hi: size, message, real_size: real.map(|r| r[d]) });
         }
     }
     cx.check_indices(ErrorKind::Index, bounds);
@@ -509,11 +548,18 @@ fn index(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let indices = index_list(args)?;
     let user = user_indices(&indices);
     let xd = cx.dims(x.v);
+    // In a bucketed program (padded inputs): self's real sizes. A mask sizes the result by its
+    // count, which padding would change.
+    let real = cx.real_sizes(x.v);
+    if real.is_some() && bool_mask(&indices).is_some() {
+        cx.decline_padded();
+        return one(x.v);
+    }
     let indices = match bool_mask(&indices) {
         None => indices,
         Some((p, m)) => expand_mask(cx, args, &xd, &indices, p, &m)?,
     };
-    let Some(a) = advanced(cx, &xd, &indices)? else {
+    let Some(a) = advanced(cx, &xd, &indices, real.as_deref())? else {
         return one(x.v);
     };
     let out_dims = a.result_dims();
@@ -522,7 +568,7 @@ fn index(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     check!(!a.indexed_sizes.contains(&0), Index, "index is out of bounds for dimension with size 0");
     if args.op != "_unsafe_index" {
-        check_advanced(cx, &xd, &indices, &user);
+        check_advanced(cx, &xd, &indices, &user, real.as_deref());
     }
     let xt = cx.transpose(x.v, &a.perm);
     let nb = a.bshape.len() as i64;
@@ -629,7 +675,7 @@ fn index_put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         );
         return one(mask_put(cx, &x, p, &m, &values, accumulate)?);
     }
-    let Some(a) = advanced(cx, &xd, &indices)? else {
+    let Some(a) = advanced(cx, &xd, &indices, None)? else {
         // x[...] = v: every element.
         let vd = cx.dims(values.v);
         check_value_shape(&vd, &xd)?;
@@ -645,7 +691,7 @@ fn index_put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     check!(!a.indexed_sizes.contains(&0), Index, "index is out of bounds for dimension with size 0");
     if args.op != "_unsafe_index_put" {
         let user = user_indices(&indices);
-        check_advanced(cx, &xd, &indices, &user);
+        check_advanced(cx, &xd, &indices, &user, None);
     }
     let v = cx.broadcast_to(values.v, &out_dims);
     let v = cx.transpose(v, &inverse_perm(&a.result_perm()));
@@ -868,7 +914,7 @@ fn index_add(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             let sd = cx.dims(source.v);
             let same = sd.len() == xd.len() && (0..xd.len()).all(|d| d == dim || sd[d] == xd[d]);
             if (dim == 0 || dim == xd.len() - 1) && alpha_one && index.dtype == DType::I64 && same {
-                check_along(cx, index.v, dim, xd[dim]);
+                check_along(cx, index.v, dim, xd[dim], None);
             } else {
                 cx.check_index(index.v, 0, xd[dim], ErrorKind::Index, "index out of range in self");
             }
