@@ -1,5 +1,6 @@
 //! Programs reused across sizes ("bucketed programs"): a pointwise op (declared `.pointwise()`)
-//! or one whose lowering handles padded inputs (`.bucketed()`: cat, isin, attention) that meets
+//! or one whose lowering handles padded inputs (`.bucketed()`: cat, isin, attention, index,
+//! gather, scatter) that meets
 //! a new shape once its family has compiled `EXACT_SHAPES_FIRST` shapes runs one program per
 //! *bucket* of sizes instead of one per size. Its inputs are gathered, through their views'
 //! sizes, strides and offsets given as a runtime vector (the "geometry"), into values padded
@@ -11,9 +12,12 @@
 //! (never garbage, and no lane can fail where a real element would not), and only the real
 //! elements reach the result; the exact shapes' lowering runs first (without compiling) for
 //! PyTorch's errors and the result shapes. Writes (in-place ops) scatter the real lanes only.
+//! Index checks compare with the real sizes; their failure ids (the exact shapes' messages,
+//! "... with size 5") are runtime values at the end of the geometry.
 //!
 //! Geometry layout: for each device tensor argument in visiting order (arguments in order,
-//! list items in order), `[offset, sizes.., strides..]`; then for each new result its sizes.
+//! list items in order), `[offset, sizes.., strides..]`; then for each new result its sizes;
+//! then the failure id of each check member.
 use abi::{TtArg, TtTensor, TT_TENSOR, TT_TENSOR_LIST};
 use lowerings::Cx;
 use stablehlo::{ElemType, GatherDims, TensorType, Value};

@@ -615,7 +615,8 @@ fn lookup(
         }
         return Ok(looked);
     }
-    if matches!(sizing, Sizing::None) && bucketable(info) && (buckets::enabled() || buckets::scoped()) {
+    let in_scopes_only = info.lowering.is_some_and(|l| l.bucketed_in_scopes_only);
+    if matches!(sizing, Sizing::None) && bucketable(info) && (buckets::scoped() || (buckets::enabled() && !in_scopes_only)) {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);
         }

@@ -61,6 +61,10 @@ pub struct Op {
     /// The lowering runs on inputs padded to bucketed sizes itself, reading their real sizes
     /// from `Cx::padded` (cat, attention): the engine may serve it like a pointwise op.
     pub bucketed: bool,
+    /// With `bucketed`: only inside a bucketed-programs scope (`torch.tpu.bucketed_programs()`).
+    /// For indexing, whose results feed matmuls: outside a scope, a result laid out as a
+    /// bucket's (once a family has met two shapes) would give the next matmul a new program.
+    pub bucketed_in_scopes_only: bool,
 }
 
 /// Declares the lowering `f` of the op `name`.
@@ -86,6 +90,7 @@ const fn ops_named(names: Names, f: LowerFn) -> Op {
         keep_composite: &[],
         pointwise: false,
         bucketed: false,
+        bucketed_in_scopes_only: false,
     }
 }
 
@@ -128,6 +133,11 @@ impl Op {
     /// See `Op::bucketed`.
     pub const fn bucketed(self) -> Op {
         Op { bucketed: true, ..self }
+    }
+
+    /// See `Op::bucketed_in_scopes_only`.
+    pub const fn bucketed_in_scopes(self) -> Op {
+        Op { bucketed: true, bucketed_in_scopes_only: true, ..self }
     }
 
     /// See `Op::keep_composite`.

@@ -179,12 +179,13 @@ def _powers_of_two_to(cap):
 def warm_up_input_preparation(runner):
     """Runs vLLM's whole step (input preparation, model, sampling, bookkeeping) on synthetic
     requests: a prefill of each power-of-two request count with each power-of-two token count,
-    then a decode step of those requests; then a decode of the most requests the batch holds,
-    one of them finishing at each step, down to one (a request set's falling count, and the
-    batch condensing around each finished request). The runner's input preparation runs
-    bucketed programs (one per power-of-two bucket of the step's token and request counts) and
-    sampling a program per request count: this compiles them before the server meets a real
-    request. The requests write KV cache blocks the scheduler has not handed out (any block a
+    then a decode step of those requests; a prefill of a token count below its padded size for
+    each bucket of that padding; a request finishing at the front of the batch for each bucket
+    of the rows that move; then a decode of the most requests the batch holds, one of them
+    finishing at each step, down to one (a request set's falling count, and the batch
+    condensing around each finished request). The runner's input preparation runs bucketed
+    programs (one per power-of-two bucket of the step's token and request counts) and sampling
+    a program per request count: this compiles them before the server meets a real request. The requests write KV cache blocks the scheduler has not handed out (any block a
     real request gets is written before it is read) and leave the runner as they found it.
     Returns the number of steps."""
     from vllm.sampling_params import SamplingParams

@@ -20,15 +20,15 @@ use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("index_select", index_select),
-    // Bucketed (padded inputs, see the engine's buckets.rs): their index checks and negative
-    // indices read self's real sizes, and scatters drop the index's padding lanes.
-    op("gather", gather).bucketed(),
-    op("scatter", scatter).bucketed(),
-    op("scatter_add", scatter_add).bucketed(),
+    // Bucketed in scopes (padded inputs, see the engine's buckets.rs): their index checks and
+    // negative indices read self's real sizes, and scatters drop the index's padding lanes.
+    op("gather", gather).bucketed_in_scopes(),
+    op("scatter", scatter).bucketed_in_scopes(),
+    op("scatter_add", scatter_add).bucketed_in_scopes(),
     op("scatter_reduce", scatter_reduce),
     // x[mask] keeps its composite: it sizes the output by counting the mask; the lowering reads it.
-    op("index", index).host_tensors().keep_composite(&["index.Tensor"]).bucketed(),
-    op("_unsafe_index", index).bucketed(),
+    op("index", index).host_tensors().keep_composite(&["index.Tensor"]).bucketed_in_scopes(),
+    op("_unsafe_index", index).bucketed_in_scopes(),
     op("index_put", index_put).host_tensors(),
     op("_index_put_impl", index_put).host_tensors(),
     op("_unsafe_index_put", index_put),
