@@ -185,9 +185,10 @@ def warm_up_input_preparation(runner):
     finishing at each step, down to one (a request set's falling count, and the batch
     condensing around each finished request). The runner's input preparation runs bucketed
     programs (one per power-of-two bucket of the step's token and request counts) and sampling
-    a program per request count: this compiles them before the server meets a real request. The requests write KV cache blocks the scheduler has not handed out (any block a
-    real request gets is written before it is read) and leave the runner as they found it.
-    Returns the number of steps."""
+    a program per request count: this compiles them before the server meets a real request.
+    The requests write KV cache blocks the scheduler has not handed out (any block a real
+    request gets is written before it is read) and leave the runner as they found it. Returns
+    the number of steps."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
 
