@@ -404,9 +404,10 @@ def set_fused_eager(enabled=True):
 @contextlib.contextmanager
 def bucketed_programs():
     """Within it, this thread's eager ops whose sizes change from call to call (pointwise ops,
-    copies, cat) run one program per bucket of sizes (powers of two) from their first call,
-    rather than compiling each new size: for code sized by data at every call, such as a
-    serving runner's input preparation (the vLLM platform wraps vLLM's in it)."""
+    copies, cat, indexing, gather, scatter) run one program per bucket of sizes (powers of two)
+    from their first call, rather than compiling each new size, and tensors uploaded from the
+    host hold their bucket: for code sized by data at every call, such as a serving runner's
+    input preparation (the vLLM platform wraps vLLM's in it)."""
     _lazy_init()
     _C.bucket_scope(True)
     try:
