@@ -179,7 +179,8 @@ def _powers_of_two_to(cap):
 def warm_up_input_preparation(runner):
     """Runs vLLM's whole step (input preparation, model, sampling, bookkeeping) on synthetic
     requests: a prefill of each power-of-two request count with each power-of-two token count,
-    then a decode step of those requests; a prefill of a token count below its padded size for
+    then a decode step of those requests, and prefills of those counts whose longest prompt is
+    each longer power of two; a prefill of a token count below its padded size for
     each bucket of that padding; a request finishing at the front of the batch for each bucket
     of the rows that move; then a decode of the most requests the batch holds, one of them
     finishing at each step, down to one (a request set's falling count, and the batch
@@ -240,6 +241,16 @@ def warm_up_input_preparation(runner):
             ids = prefill(f"{reqs}-{tokens}", lengths, 2)
             decode(ids, lengths, [1] * reqs)
             run(finished=ids)
+            # The same counts with a longer longest prompt (attention pads each request's
+            # query to the longest): one request of each power-of-two length, the others
+            # sharing the rest.
+            longest = 1 << (max(lengths) - 1).bit_length()
+            while reqs > 1 and longest <= min(tokens - reqs + 1, runner.max_model_len - 2):
+                if longest > max(lengths):
+                    rest = tokens - longest
+                    skewed = [longest] + [rest // (reqs - 1) + (i < rest % (reqs - 1)) for i in range(reqs - 1)]
+                    run(finished=prefill(f"{reqs}-{tokens}-{longest}", skewed, 2))
+                longest *= 2
     # Token counts below their padded size, one per (padded size, bucket of the padding):
     # the step buffers' partial copies and the padding's fills at each of their buckets.
     longest = runner.max_model_len - 2
