@@ -407,7 +407,8 @@ def bucketed_programs():
     copies, cat, indexing, gather, scatter) run one program per bucket of sizes (powers of two)
     from their first call, rather than compiling each new size, and tensors uploaded from the
     host hold their bucket: for code sized by data at every call, such as a serving runner's
-    input preparation (the vLLM platform wraps vLLM's in it)."""
+    input preparation (the vLLM platform wraps vLLM's in it; `bucketed_programs()(f)` wraps a
+    function)."""
     _lazy_init()
     _C.bucket_scope(True)
     try:

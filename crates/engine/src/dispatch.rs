@@ -615,8 +615,7 @@ fn lookup(
         }
         return Ok(looked);
     }
-    let in_scopes_only = info.lowering.is_some_and(|l| l.bucketed_in_scopes_only);
-    if matches!(sizing, Sizing::None) && bucketable(info) && (buckets::scoped() || (buckets::enabled() && !in_scopes_only)) {
+    if matches!(sizing, Sizing::None) && bucketed_here(info) {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);
         }
@@ -718,6 +717,12 @@ const BUCKET_PROGRAM: u64 = u64::MAX - 2;
 /// Whether bucketed programs can serve the op (declared `.pointwise()` or `.bucketed()`).
 fn bucketable(info: &OpInfo) -> bool {
     info.lowering.is_some_and(|l| l.pointwise || l.bucketed)
+}
+
+/// Whether this call may take a bucketed program: in a scope any bucketable op, elsewhere
+/// (bucketed programs on) those not declared for scopes only.
+fn bucketed_here(info: &OpInfo) -> bool {
+    bucketable(info) && (buckets::scoped() || (buckets::enabled() && !info.lowering.is_some_and(|l| l.bucketed_in_scopes_only)))
 }
 
 /// A call's argument in a bucketed program's key, or in its family's (see lookup_bucketed).

@@ -102,9 +102,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
         // step's list of indices) then meets the same programs at every size in its bucket.
         let n = g.numel();
         let stored = if crate::buckets::scoped() && t.ndim > 0 && n > 1 && crate::buckets::bucket(n) <= crate::buckets::MAX_ELEMENTS {
-            let mut padded = src.to_vec();
-            padded.resize(crate::buckets::bucket(n) as usize * dtype.size(), 0);
-            upload(&padded, dtype, vec![crate::buckets::bucket(n)], cell.device)?
+            upload_bucket(src, dtype, n, cell.device)?
         } else {
             upload(src, dtype, t.sizes().to_vec(), cell.device)?
         };
@@ -119,10 +117,7 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
     // view's size changes from call to call). In a bucketed-programs scope the buffer holds
     // the bucket (zeros past the data): a bucketed program's key has its inputs' buffer sizes.
     let stored = if crate::buckets::scoped() {
-        let n = crate::buckets::bucket(g.numel());
-        let mut padded = src.to_vec();
-        padded.resize(n as usize * dtype.size(), 0);
-        upload(&padded, dtype, vec![n], cell.device)?
+        upload_bucket(src, dtype, g.numel(), cell.device)?
     } else {
         upload(src, dtype, t.sizes().to_vec(), cell.device)?
     };
@@ -146,6 +141,14 @@ pub fn from_host(t: &TtTensor, src: &[u8]) -> Result<(), Error> {
     ];
     dispatch::call(copy_op(), &args)?;
     Ok(())
+}
+
+/// `n` elements of dense host bytes as a flat buffer of their bucket (zeros past them).
+fn upload_bucket(src: &[u8], dtype: DType, n: i64, device: i32) -> Result<Stored, Error> {
+    let n = crate::buckets::bucket(n);
+    let mut padded = src.to_vec();
+    padded.resize(n as usize * dtype.size(), 0);
+    upload(&padded, dtype, vec![n], device)
 }
 
 /// Dense host bytes as a new computed buffer of `dims` on `device`.

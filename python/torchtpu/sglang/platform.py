@@ -1,7 +1,6 @@
 """The SGLang platform "tpu": device naming, memory, the distributed backend, and server
 defaults (batched attention over the KV pool on tpu, PyTorch sampling, no CUDA graphs, no
 Triton)."""
-import functools
 import os
 
 import torch
@@ -39,18 +38,6 @@ def _positions_on_host(extend_prefix_lens, extend_seq_lens):
             torch.from_numpy(starts).to(device=device, dtype=extend_seq_lens.dtype))
 
 
-def _in_bucketed_programs(method):
-    """`method` run inside torch.tpu.bucketed_programs()."""
-
-    @functools.wraps(method)
-    def run(*args, **kwargs):
-        with torch.tpu.bucketed_programs():
-            return method(*args, **kwargs)
-
-    run._torchtpu_bucketed = True
-    return run
-
-
 class TpuSRTPlatform(SRTPlatform):
     _enum = PlatformEnum.OOT
     device_name = "tpu"
@@ -83,8 +70,7 @@ class TpuSRTPlatform(SRTPlatform):
         # every request count.
         from sglang.srt.layers.logits_processor import LogitsProcessor
 
-        if not getattr(LogitsProcessor._get_pruned_states, "_torchtpu_bucketed", False):
-            LogitsProcessor._get_pruned_states = _in_bucketed_programs(LogitsProcessor._get_pruned_states)
+        LogitsProcessor._get_pruned_states = torch.tpu.bucketed_programs()(LogitsProcessor._get_pruned_states)
 
     def apply_server_args_defaults(self, server_args):
         # The defaults SGLang gives its own CPU device, which needs no CUDA kernels either.

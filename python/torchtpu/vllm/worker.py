@@ -9,7 +9,7 @@ import dataclasses
 import gc
 import os
 import time
-from functools import partial, wraps
+from functools import partial
 
 import torch
 from vllm.config import CUDAGraphMode
@@ -44,30 +44,6 @@ def _route_cuda_calls_to_tpu():
     torch.cuda.synchronize = partial(torch.tpu.synchronize)
 
 
-class _GatheredInBuckets(torch.Tensor):
-    """The runner's per-request computed-token counts. vLLM gathers them for each scheduled
-    token through a prefix of its token-to-request buffer, cut to the step's token count (a
-    new size at almost every step); here the gather reads that prefix padded to its bucket
-    (the buffer holds request indices past the cut too) and the result is cut back, so its
-    program comes in a bounded set of sizes. Every other use sees a plain tensor."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        with torch._C.DisableTorchFunctionSubclass():
-            if func is torch.Tensor.__getitem__ and _is_buffer_prefix(args[1]):
-                x, index = args
-                n, whole = index.numel(), index._base
-                return x[whole[:bucket(n, whole.numel())]][:n]
-            return func(*args, **(kwargs or {}))
-
-
-def _is_buffer_prefix(index):
-    return (isinstance(index, torch.Tensor) and index.device.type == "tpu" and index.dim() == 1
-            and not index.dtype.is_floating_point and index.dtype != torch.bool and index._base is not None
-            and index._base.dim() == 1 and index._base.is_contiguous() and index.storage_offset() == 0
-            and index.stride(0) == 1)
-
-
 class _GatheredAtInBuckets(torch.Tensor):
     """The step's logits indices (each request's last scheduled token). The model's hidden
     states are gathered at them in a bucketed-programs scope: one program per bucket of the
@@ -83,22 +59,10 @@ class _GatheredAtInBuckets(torch.Tensor):
             return func(*args, **(kwargs or {}))
 
 
-def _in_bucketed_programs(method):
-    """`method` run inside torch.tpu.bucketed_programs()."""
-
-    @wraps(method)
-    def run(*args, **kwargs):
-        with torch.tpu.bucketed_programs():
-            return method(*args, **kwargs)
-
-    return run
-
-
 class TpuModelRunner(GPUModelRunner):
     def __init__(self, vllm_config, device):
         _route_cuda_calls_to_tpu()
         super().__init__(vllm_config, device)
-        self.num_computed_tokens = self.num_computed_tokens.as_subclass(_GatheredInBuckets)
 
     # vLLM's input preparation, and its padding of a step's inputs to the padded token count,
     # work on views of its step buffers cut to the step's token and request counts, which
@@ -129,9 +93,9 @@ class TpuModelRunner(GPUModelRunner):
         finally:
             self.input_batch.prev_sampled_token_ids = prev
 
-    _preprocess = _in_bucketed_programs(GPUModelRunner._preprocess)
-    _prepare_padding_mask = _in_bucketed_programs(GPUModelRunner._prepare_padding_mask)
-    _get_slot_mappings = _in_bucketed_programs(GPUModelRunner._get_slot_mappings)
+    _preprocess = torch.tpu.bucketed_programs()(GPUModelRunner._preprocess)
+    _prepare_padding_mask = torch.tpu.bucketed_programs()(GPUModelRunner._prepare_padding_mask)
+    _get_slot_mappings = torch.tpu.bucketed_programs()(GPUModelRunner._get_slot_mappings)
 
     def _determine_batch_execution_and_padding(self, num_tokens, *args, **kwargs):
         # A step's tokens are padded to a power of two (as CUDA graph capture sizes pad them),
