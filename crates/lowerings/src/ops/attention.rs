@@ -176,7 +176,7 @@ fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let q5 = a.group(cx, q.v);
     let s = a.scores(cx, q5, k.v, bias.as_ref())?;
     // Fully masked rows give zeros (PyTorch's safe softmax) and a log-sum-exp of -inf.
-    let m = reduce(cx, s, &[4], Red::Max);
+    let m = reduce(cx, s, &[4], Red::ShiftMax);
     let ninf = cx.full(f64::NEG_INFINITY, a.acc, &cx.dims(m));
     let zero = cx.full(0.0, a.acc, &cx.dims(m));
     let empty_row = cx.b.compare(CmpDir::Eq, m, ninf);

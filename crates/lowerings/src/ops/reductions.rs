@@ -400,7 +400,7 @@ fn logsumexp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let dims = reduce_dims(Some(raw), in_dims.len(), false)?;
     let acc = dt.opmath();
     let v = cx.cast(x.v, acc);
-    let m = reduce(cx, v, &dims, Red::Max);
+    let m = reduce(cx, v, &dims, Red::ShiftMax);
     let rd = cx.dims(m);
     let am = cx.abs(m);
     let inf = cx.full(f64::INFINITY, acc, &rd);

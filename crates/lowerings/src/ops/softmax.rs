@@ -1,7 +1,7 @@
 //! Softmax along a dim: _softmax, _log_softmax and their backward ops _softmax_backward_data
 //! and _log_softmax_backward_data. 16-bit floats are computed in float32 and rounded once.
 use crate::args::Args;
-use crate::blocks::reduce::{along, opt_dtype, reduce_back, Red};
+use crate::blocks::reduce::{along, opt_dtype, reduce, reduce_back, unreduce, Red};
 use crate::blocks::round16::is_16bit;
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -50,16 +50,19 @@ fn softmax(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
         }
     };
     let v = cx.cast(x.v, x.dtype.opmath());
-    let m = reduce_back(cx, v, &dims, Red::Max);
+    let m = reduce_back(cx, v, &dims, Red::ShiftMax);
     let z = cx.sub(v, m);
     let e = cx.exp(z);
-    let s = reduce_back(cx, e, &dims, Red::Sum);
+    // The sum stays reduced until its last use: the log runs once per row, not per element.
+    let s = reduce(cx, e, &dims, Red::Sum);
     let r = if log {
         let s = if innermost { round_16(cx, s) } else { s };
         let l = cx.log(s);
+        let l = unreduce(cx, l, &in_dims, &dims);
         cx.sub(z, l)
     } else {
         let e = if innermost { e } else { round_16(cx, e) };
+        let s = unreduce(cx, s, &in_dims, &dims);
         cx.div(e, s)
     };
     one(cx.cast(r, out_dt))

@@ -227,7 +227,7 @@ fn masked_softmax(cx: &mut Cx, s: Value, mask: Option<Value>, dt: DType) -> Valu
     let acc = cx.dtype(s);
     let keep = [0, 1, 2];
     let Some(m) = mask else {
-        let mx = reduce(cx, s, &[3], Red::Max);
+        let mx = reduce(cx, s, &[3], Red::ShiftMax);
         let mb = cx.broadcast_in_dim(mx, &d, &keep);
         let z = cx.sub(s, mb);
         let e = cx.exp(z);
@@ -237,7 +237,7 @@ fn masked_softmax(cx: &mut Cx, s: Value, mask: Option<Value>, dt: DType) -> Valu
     };
     let ninf = cx.full(f64::NEG_INFINITY, acc, &d);
     let s = cx.select(m, ninf, s);
-    let mx = reduce(cx, s, &[3], Red::Max);
+    let mx = reduce(cx, s, &[3], Red::ShiftMax);
     let mb = cx.broadcast_in_dim(mx, &d, &keep);
     let z = cx.sub(s, mb);
     let z = round(cx, z, dt);

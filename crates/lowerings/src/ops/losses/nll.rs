@@ -3,6 +3,7 @@
 use crate::args::{Args, Tensor};
 // `constant` is this file's name for consts::k.
 use crate::blocks::consts::k as constant;
+use crate::blocks::gather::{along_coords, gather_points, take_along};
 use crate::blocks::reduce::{reduce, Red};
 use crate::cx::Cx;
 use crate::dtype::DType;
@@ -106,32 +107,49 @@ fn nll_args(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Nll> {
     Ok(Nll { x, t, w, unbatched })
 }
 
-/// For x [N, C, rest...] and targets [N, rest...]: the one-hot mask of the target classes,
-/// and each sample's weight (0 where the target is ignore_index), both in `acc`.
-fn nll_select(cx: &mut Cx, n: &Nll, ignore_index: i64, acc: DType) -> (Value, Value) {
-    let xd = cx.dims(n.x.v);
-    let nd = xd.len() as i64;
+/// For x [N, C, rest...] and targets [N, rest...]: each target as an int64 class index
+/// clamped into [0, C), and each sample's weight in `acc` (0 where the target is
+/// ignore_index or outside [0, C)).
+fn nll_targets(cx: &mut Cx, n: &Nll, ignore_index: i64, acc: DType) -> (Value, Value) {
+    let classes = cx.dims(n.x.v)[1];
     let t = cx.convert(n.t.v, ElemType::I64);
-    let tdims: Vec<i64> = std::iter::once(0).chain(2..nd).collect();
-    let tb = cx.broadcast_in_dim(t, &xd, &tdims);
-    let classes = cx.iota(&TensorType::new(ElemType::I64, &xd), 1);
-    let onehot = cx.compare(CmpDir::Eq, classes, tb);
     let td = cx.dims(t);
-    let ig = cx.b.splat_i64(ignore_index, &TensorType::new(ElemType::I64, &td));
-    let valid = cx.compare(CmpDir::Ne, t, ig);
+    let i64s = TensorType::new(ElemType::I64, &td);
+    let ig = cx.b.splat_i64(ignore_index, &i64s);
+    let lo = cx.b.splat_i64(0, &i64s);
+    let hi = cx.b.splat_i64(classes - 1, &i64s);
+    let not_ignored = cx.compare(CmpDir::Ne, t, ig);
+    let at_least_0 = cx.compare(CmpDir::Ge, t, lo);
+    let at_most_last = cx.compare(CmpDir::Le, t, hi);
+    let in_range = cx.and(at_least_0, at_most_last);
+    let counted = cx.and(not_ignored, in_range);
+    let t = cx.b.clamp(lo, t, hi);
     let wi = match n.w {
+        // No classes: every target is out of range (and a gather from nothing is invalid).
+        _ if classes == 0 => cx.full(0.0, acc, &td),
         Some(w) => {
             let wv = cx.cast(w.v, acc);
-            let wb = cx.broadcast_in_dim(wv, &xd, &[1]);
-            let zero = cx.full(0.0, acc, &xd);
-            let picked = cx.select(onehot, wb, zero);
-            reduce(cx, picked, &[1], Red::Sum)
+            take_along(cx, wv, 0, t)
         }
         None => cx.full(1.0, acc, &td),
     };
     let zero = cx.full(0.0, acc, &td);
-    let wi = cx.select(valid, wi, zero);
-    (onehot, wi)
+    (t, cx.select(counted, wi, zero))
+}
+
+/// The input's value at each sample's target class: x [N, C, rest...] at t [N, rest...].
+fn pick_targets(cx: &mut Cx, x: Value, t: Value) -> Value {
+    let td = cx.dims(t);
+    if cx.numel(x) == 0 {
+        let dt = cx.dtype(x);
+        return cx.full(0.0, dt, &td);
+    }
+    let mut at = td.clone();
+    at.insert(1, 1);
+    let t = cx.reshape(t, &at);
+    let coords = along_coords(cx, t, 1);
+    let picked = gather_points(cx, x, coords);
+    cx.reshape(picked, &td)
 }
 
 /// nll_loss_forward / nll_loss2d_forward(self, target, weight, reduction, ignore_index)
@@ -142,12 +160,10 @@ fn nll_loss_forward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> {
     let red = reduction(args)?;
     let ignore = args.int("ignore_index")?;
     let acc = n.x.dtype.opmath();
-    let (onehot, wi) = nll_select(cx, &n, ignore, acc);
-    let xv = cx.cast(n.x.v, acc);
-    let xd = cx.dims(xv);
-    let zero = cx.full(0.0, acc, &xd);
-    let picked = cx.select(onehot, xv, zero);
-    let xi = reduce(cx, picked, &[1], Red::Sum);
+    let (t, wi) = nll_targets(cx, &n, ignore, acc);
+    // A gather of one value per sample, not a pass over every class.
+    let xi = pick_targets(cx, n.x.v, t);
+    let xi = cx.cast(xi, acc);
     let li = cx.mul(wi, xi);
     let li = cx.neg(li);
     // Ignored samples contribute exactly zero, whatever their input values.
@@ -185,7 +201,7 @@ fn nll_loss_backward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> 
     let red = reduction(args)?;
     let ignore = args.int("ignore_index")?;
     let acc = n.x.dtype.opmath();
-    let (onehot, wi) = nll_select(cx, &n, ignore, acc);
+    let (t, wi) = nll_targets(cx, &n, ignore, acc);
     let xd = cx.dims(n.x.v);
     let td = cx.dims(wi);
     let gv = cx.cast(g.v, acc);
@@ -226,6 +242,9 @@ fn nll_loss_backward(cx: &mut Cx, args: &Args, two_d: bool) -> Result<Vec<Out>> 
     let nd = xd.len() as i64;
     let tdims: Vec<i64> = std::iter::once(0).chain(2..nd).collect();
     let pb = cx.broadcast_in_dim(per, &xd, &tdims);
+    let tb = cx.broadcast_in_dim(t, &xd, &tdims);
+    let classes = cx.iota(&TensorType::new(ElemType::I64, &xd), 1);
+    let onehot = cx.compare(CmpDir::Eq, classes, tb);
     let zero = cx.full(0.0, acc, &xd);
     let out = cx.select(onehot, pb, zero);
     let out = if n.unbatched { cx.reshape(out, &[xd[1]]) } else { out };
