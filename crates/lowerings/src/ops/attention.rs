@@ -29,13 +29,14 @@ pub(crate) const OPS: &[Op] = &[
 
 /// Shapes and options of one attention call; heads of the query are grouped over the
 /// key/value heads (grouped-query attention): q [B, Hk*G, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev].
+/// Scores are 4-d, [B, Hk, G*L, S]: the G query heads of a key/value head stacked as rows (a
+/// plain reshape of q), so every product is one batched matmul over [B, Hk].
 struct Attn {
     b: i64,
     hk: i64,
     g: i64,
     l: i64,
     s: i64,
-    ev: i64,
     scale: f64,
     causal: bool,
     acc: DType,
@@ -93,7 +94,6 @@ fn setup(cx: &Cx, q: &Tensor, k: &Tensor, v: &Tensor, args: &Args) -> Result<Att
         g: qd[1] / kd[1],
         l: qd[2],
         s: kd[2],
-        ev: vd[3],
         scale,
         causal: args.bool_or("is_causal", false)?,
         acc: q.dtype.opmath(),
@@ -102,19 +102,25 @@ fn setup(cx: &Cx, q: &Tensor, k: &Tensor, v: &Tensor, args: &Args) -> Result<Att
 }
 
 impl Attn {
-    /// [B, Hk*G, L, x] -> [B, Hk, G, L, x]
+    /// [B, Hk*G, L, x] -> [B, Hk, G*L, x]
     fn group(&self, cx: &mut Cx, x: Value) -> Value {
         let last = *cx.dims(x).last().unwrap();
-        cx.b.reshape(x, &[self.b, self.hk, self.g, self.l, last])
+        cx.b.reshape(x, &[self.b, self.hk, self.g * self.l, last])
     }
 
-    fn scores_dims(&self) -> [i64; 5] {
-        [self.b, self.hk, self.g, self.l, self.s]
+    /// [B, Hk, G*L, x] -> [B, Hk*G, L, x]
+    fn ungroup(&self, cx: &mut Cx, x: Value) -> Value {
+        let last = *cx.dims(x).last().unwrap();
+        cx.b.reshape(x, &[self.b, self.hk * self.g, self.l, last])
     }
 
-    /// scale * q k^T (+ bias, causal mask) in the accumulation dtype: [B, Hk, G, L, S].
-    fn scores(&self, cx: &mut Cx, q5: Value, k: Value, bias: Option<&Tensor>) -> Result<Value> {
-        let qk = contract(cx, q5, k, (&[0, 1], &[0, 1]), (&[4], &[3]));
+    fn scores_dims(&self) -> [i64; 4] {
+        [self.b, self.hk, self.g * self.l, self.s]
+    }
+
+    /// scale * q k^T (+ bias, causal mask) in the accumulation dtype: [B, Hk, G*L, S].
+    fn scores(&self, cx: &mut Cx, q4: Value, k: Value, bias: Option<&Tensor>) -> Result<Value> {
+        let qk = contract(cx, q4, k, (&[0, 1], &[0, 1]), (&[3], &[3]));
         let dims = self.scores_dims();
         let scale = match self.padded {
             Some((Some(scale), _)) => cx.b.broadcast_in_dim(scale, &dims, &[]),
@@ -137,18 +143,24 @@ impl Attn {
             s = cx.b.add(s, bv);
         }
         if self.causal {
-            // PyTorch's is_causal keeps key j for query i when j <= i (top-left aligned).
-            let ty = stablehlo::TensorType { elem: DType::I64.elem(), dims: vec![self.l, self.s] };
-            let row = cx.b.iota(&ty, 0);
+            // PyTorch's is_causal keeps key j for query i when j <= i (top-left aligned); row
+            // r of the stacked groups is query r mod L.
+            // 32-bit positions: the compare vectorizes at the scores' width.
+            let ty = stablehlo::TensorType { elem: DType::I32.elem(), dims: vec![self.g * self.l, self.s] };
+            let mut row = cx.b.iota(&ty, 0);
+            if self.g > 1 {
+                let l = cx.b.splat_i64(self.l, &ty);
+                row = cx.b.rem(row, l);
+            }
             let col = cx.b.iota(&ty, 1);
             let keep = cx.b.compare(CmpDir::Le, col, row);
-            let keep = cx.b.broadcast_in_dim(keep, &dims, &[3, 4]);
+            let keep = cx.b.broadcast_in_dim(keep, &dims, &[2, 3]);
             let ninf = cx.full(f64::NEG_INFINITY, self.acc, &dims);
             s = cx.b.select(keep, s, ninf);
         }
         if let Some((_, keys)) = self.padded {
             let ty = stablehlo::TensorType { elem: DType::I64.elem(), dims: dims.to_vec() };
-            let col = cx.b.iota(&ty, 4);
+            let col = cx.b.iota(&ty, 3);
             let keys = cx.b.broadcast_in_dim(keys, &dims, &[]);
             let keep = cx.b.compare(CmpDir::Lt, col, keys);
             let ninf = cx.full(f64::NEG_INFINITY, self.acc, &dims);
@@ -157,9 +169,9 @@ impl Attn {
         Ok(s)
     }
 
-    /// Broadcasts a per-row value [B, Hk, G, L] over the keys.
-    fn rows(&self, cx: &mut Cx, x: Value) -> Value {
-        cx.b.broadcast_in_dim(x, &self.scores_dims(), &[0, 1, 2, 3])
+    /// Broadcasts a per-row value [B, Hk, G*L] over the last dim of `dims`.
+    fn rows(&self, cx: &mut Cx, x: Value, dims: &[i64]) -> Value {
+        cx.b.broadcast_in_dim(x, dims, &[0, 1, 2])
     }
 }
 
@@ -173,30 +185,33 @@ fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if cx.padded.is_some() {
         real_lengths = Some(unpad(cx, &mut a, &mut q, &mut k, &mut v, args));
     }
-    let q5 = a.group(cx, q.v);
-    let s = a.scores(cx, q5, k.v, bias.as_ref())?;
+    let q4 = a.group(cx, q.v);
+    let s = a.scores(cx, q4, k.v, bias.as_ref())?;
+    let sd = a.scores_dims();
     // Fully masked rows give zeros (PyTorch's safe softmax) and a log-sum-exp of -inf.
-    let m = reduce(cx, s, &[4], Red::ShiftMax);
+    let m = reduce(cx, s, &[3], Red::ShiftMax);
     let ninf = cx.full(f64::NEG_INFINITY, a.acc, &cx.dims(m));
     let zero = cx.full(0.0, a.acc, &cx.dims(m));
     let empty_row = cx.b.compare(CmpDir::Eq, m, ninf);
     let m = cx.b.select(empty_row, zero, m);
-    let mb = a.rows(cx, m);
+    let mb = a.rows(cx, m, &sd);
     let shifted = cx.b.sub(s, mb);
     let p = cx.b.exp(shifted);
-    let total = reduce(cx, p, &[4], Red::Sum);
+    let total = reduce(cx, p, &[3], Red::Sum);
     let log_total = cx.b.log(total);
     let lse = cx.b.add(m, log_total);
     let one = cx.full(1.0, a.acc, &cx.dims(total));
     let zero_total = cx.b.compare(CmpDir::Eq, total, zero);
     let inv = cx.b.div(one, total);
     let inv = cx.b.select(zero_total, zero, inv);
-    let invb = a.rows(cx, inv);
-    let probs = cx.b.mul(p, invb);
-    let probs = cx.cast(probs, v.dtype);
-    let out = contract(cx, probs, v.v, (&[0, 1], &[0, 1]), (&[4], &[2]));
+    // The weights are normalized after the product with the values (as flash attention
+    // does): a pass over [.., L, Ev] in place of one over the [.., L, S] scores.
+    let pv = cx.cast(p, v.dtype);
+    let out = contract(cx, pv, v.v, (&[0, 1], &[0, 1]), (&[3], &[2]));
+    let invb = a.rows(cx, inv, &cx.dims(out));
+    let out = cx.b.mul(out, invb);
     let out = cx.cast(out, q.dtype);
-    let out = cx.b.reshape(out, &[a.b, a.hk * a.g, a.l, a.ev]);
+    let out = a.ungroup(cx, out);
     let lse = cx.cast(lse, DType::F32);
     let lse = cx.b.reshape(lse, &[a.b, a.hk * a.g, a.l]);
     // No variable-length batches, no dropout state, no debug mask: empty tensors stand in
@@ -285,57 +300,58 @@ fn backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         Some(Arg::BoolList(m)) if m.len() == 4 => [m[0], m[1], m[2], m[3]],
         _ => [true, true, true, bias.is_some()],
     };
-    let q5 = a.group(cx, q.v);
-    let s = a.scores(cx, q5, k.v, bias.as_ref())?;
+    let q4 = a.group(cx, q.v);
+    let s = a.scores(cx, q4, k.v, bias.as_ref())?;
+    let sd = a.scores_dims();
     let lse = args.tensor("logsumexp")?;
     let lse = cx.cast(lse.v, a.acc);
-    let lse = cx.b.reshape(lse, &[a.b, a.hk, a.g, a.l]);
+    let lse = cx.b.reshape(lse, &[a.b, a.hk, a.g * a.l]);
     let ninf = cx.full(f64::NEG_INFINITY, a.acc, &cx.dims(lse));
     let empty_row = cx.b.compare(CmpDir::Eq, lse, ninf);
-    let empty_row = cx.b.broadcast_in_dim(empty_row, &a.scores_dims(), &[0, 1, 2, 3]);
-    let lseb = a.rows(cx, lse);
+    let empty_row = cx.b.broadcast_in_dim(empty_row, &sd, &[0, 1, 2]);
+    let lseb = a.rows(cx, lse, &sd);
     let shifted = cx.b.sub(s, lseb);
     let p = cx.b.exp(shifted);
-    let zeros = cx.full(0.0, a.acc, &a.scores_dims());
+    let zeros = cx.full(0.0, a.acc, &sd);
     let p = cx.b.select(empty_row, zeros, p);
 
     let go = args.tensor("grad_out")?;
     let go = cx.cast(go.v, q.dtype);
-    let go5 = a.group(cx, go);
+    let go4 = a.group(cx, go);
     let o = args.tensor("out")?;
     let o = cx.cast(o.v, q.dtype);
-    let o5 = a.group(cx, o);
+    let o4 = a.group(cx, o);
     // dV = P^T dO, summed over the query heads of each group.
     let grad_v = if mask[2] {
         let pv = cx.cast(p, v.dtype);
-        let r = contract(cx, pv, go5, (&[0, 1], &[0, 1]), (&[2, 3], &[2, 3]));
+        let r = contract(cx, pv, go4, (&[0, 1], &[0, 1]), (&[2], &[2]));
         cx.cast(r, v.dtype)
     } else {
         cx.full(0.0, v.dtype, &[0])
     };
     // dS = P * (dO V^T - rowsum(dO * O))
-    let dp = contract(cx, go5, v.v, (&[0, 1], &[0, 1]), (&[4], &[3]));
-    let goa = cx.cast(go5, a.acc);
-    let oa = cx.cast(o5, a.acc);
+    let dp = contract(cx, go4, v.v, (&[0, 1], &[0, 1]), (&[3], &[3]));
+    let goa = cx.cast(go4, a.acc);
+    let oa = cx.cast(o4, a.acc);
     let prod = cx.b.mul(goa, oa);
-    let d = reduce(cx, prod, &[4], Red::Sum);
-    let db = a.rows(cx, d);
+    let d = reduce(cx, prod, &[3], Red::Sum);
+    let db = a.rows(cx, d, &sd);
     let centered = cx.b.sub(dp, db);
     let ds = cx.b.mul(p, centered);
     let scale = cx.full(a.scale, a.acc, &[]);
     let grad_q = if mask[0] {
         let dsq = cx.cast(ds, q.dtype);
-        let r = contract(cx, dsq, k.v, (&[0, 1], &[0, 1]), (&[4], &[2]));
+        let r = contract(cx, dsq, k.v, (&[0, 1], &[0, 1]), (&[3], &[2]));
         let sc = cx.b.broadcast_in_dim(scale, &cx.dims(r), &[]);
         let r = cx.b.mul(r, sc);
         let r = cx.cast(r, q.dtype);
-        cx.b.reshape(r, &[a.b, a.hk * a.g, a.l, cx.dims(q.v)[3]])
+        a.ungroup(cx, r)
     } else {
         cx.full(0.0, q.dtype, &[0])
     };
     let grad_k = if mask[1] {
         let dsk = cx.cast(ds, k.dtype);
-        let r = contract(cx, dsk, q5, (&[0, 1], &[0, 1]), (&[2, 3], &[2, 3]));
+        let r = contract(cx, dsk, q4, (&[0, 1], &[0, 1]), (&[2], &[2]));
         let sc = cx.b.broadcast_in_dim(scale, &cx.dims(r), &[]);
         let r = cx.b.mul(r, sc);
         cx.cast(r, k.dtype)
