@@ -224,6 +224,51 @@ def check_staging_reuse():
             close(outs[r], data(r, (n,), dtype, salt=i), f"all_gather {n} {dtype} from {r}")
 
 
+def check_in_place_device_memory():
+    # On the CPU plugin a whole computed storage goes to gloo as device memory, written in
+    # place: the results must match, and nothing that shares or still reads the old value may
+    # see the write.
+    import torchtpu.distributed as td
+
+    handed_out = []
+    real = td._device_memory
+
+    def counting(t):
+        host = real(t)
+        handed_out.append(host is not None)
+        return host
+
+    td._device_memory = counting
+    try:
+        want = reduce_all([data(r, (64, 3), torch.float32) for r in range(WORLD)], "sum")
+        x = data(RANK, (64, 3), torch.float32).to(DEV) * 1  # computed by a program (fused eager: recorded)
+        later = x * 2  # queued before the collective: reads the old value
+        alias = x.detach()  # the same storage: sees the result
+        dist.all_reduce(x)
+        close(x, want, "all_reduce into device memory", tol=1e-5)
+        close(alias, want, "a tensor of the same storage", tol=1e-5)
+        close(later, data(RANK, (64, 3), torch.float32) * 2, "a computation queued before the collective", tol=1e-6)
+        if torch.tpu.get_device_name() == "XLA CPU":
+            assert handed_out and handed_out[-1], f"the computed storage was staged, not used in place: {handed_out}"
+        # A buffer two storages share (a whole-tensor copy may share it) is staged: the source
+        # keeps its value.
+        src = data(RANK, (64, 3), torch.float32).to(DEV) + 0
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        dist.all_reduce(dst)
+        close(dst, want, "all_reduce of a copy", tol=1e-5)
+        close(src, data(RANK, (64, 3), torch.float32), "the copy's source", tol=1e-6)
+        # Outputs in device memory: all_gather_into_tensor and broadcast.
+        out = torch.zeros(WORLD * 5, device=DEV) + 0
+        dist.all_gather_into_tensor(out, data(RANK, (5,), torch.float32).to(DEV) + 0)
+        close(out, torch.cat([data(r, (5,), torch.float32) for r in range(WORLD)]), "all_gather_into_tensor", tol=1e-6)
+        b = data(RANK, (7,), torch.bfloat16).to(DEV) + 0
+        dist.broadcast(b, src=0)
+        close(b, data(0, (7,), torch.bfloat16), "broadcast")
+    finally:
+        td._device_memory = real
+
+
 def check_mismatched_sizes_raise():
     # Ranks that disagree on the size must get an error, not corrupted memory.
     x = torch.ones(4 + RANK, device=DEV)

@@ -17,7 +17,7 @@ TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 CHECKS = [
     "all_reduce", "premul_sum", "async_and_zero_d", "broadcast", "all_gather", "reduce_scatter",
     "reduce_gather_scatter", "all_to_all",
-    "send_recv_and_barrier", "objects", "subgroup", "gloo_subgroup", "staging_reuse", "functional", "mismatched_sizes_raise",
+    "send_recv_and_barrier", "objects", "subgroup", "gloo_subgroup", "staging_reuse", "in_place_device_memory", "functional", "mismatched_sizes_raise",
     "ddp", "ddp_unused_parameters", "fsdp2", "fsdp2_mixed_precision_uneven", "dtensor_and_tp",
     "sequence_parallel", "checkpoint", "compiled_functional",
 ]

@@ -5,12 +5,15 @@ Registered when torchtpu loads, for devices "tpu" and "cpu", so that under torch
 torch.device("tpu", local_rank))` and `init_process_group("cpu:gloo,tpu:tccl")` all work, and
 DDP, FSDP2, DTensor and functional collectives reach it through PyTorch's own c10d ops.
 
-Transport: the CPU plugin has no collectives across processes, so each call stages its tpu
-tensors through host memory (one host copy of the call's data) and runs the collective with a
-gloo group of the same ranks, over the same store; results are written back in place (views
-included). Calls are synchronous: the returned Work is already complete, so `async_op=True`
+Transport: the CPU plugin has no collectives across processes, so each call runs with a gloo
+group of the same ranks, over the same store. Its device memory is host memory: a whole tpu
+storage that the engine can hand out (computed, held by that tensor alone) goes to gloo as it
+is, read and written in place with no copy; any other tpu tensor (a view, a shared buffer,
+another plugin's) is staged through host memory (one host copy of its data) and the result
+written back in place. Calls are synchronous: the returned Work is already complete, so `async_op=True`
 works and `wait()` returns at once.
 """
+import ctypes
 import functools
 import inspect
 import logging
@@ -48,6 +51,8 @@ class _Staging:
         self._backend = backend
         self._buf, backend._spare = backend._spare, None  # another thread's call allocates its own
         self._used = 0
+        # Host tensors over device memory (`_device_memory`): nothing to write back.
+        self.in_place = []
 
     def empty(self, shape, dtype):
         start = -(-self._used // 64) * 64  # aligned for any dtype's view
@@ -84,20 +89,54 @@ def _host_like(t):
     return stage.empty(t.shape, t.dtype) if stage is not None else torch.empty(t.shape, dtype=t.dtype)
 
 
-def _on_host(tensors):
-    """Host copies of `tensors` (CPU tensors are used as they are: nothing to stage)."""
-    return [_host_like(t).copy_(t.detach()) if t.device.type != "cpu" else t for t in tensors]
+def _device_memory(t):
+    """A CPU tensor over the device memory of the tpu tensor `t`, or None: only for a whole
+    storage that the engine hands out (torchtpu._C.host_alias). Valid for this collective."""
+    if t.device.type != "tpu" or not t.is_contiguous() or t.storage_offset() != 0:
+        return None
+    from . import _C
+    storage = t.untyped_storage()
+    address = _C.host_alias(storage.data_ptr(), _dtype_code(t.dtype), t.numel())
+    if address is None:
+        return None
+    memory = (ctypes.c_ubyte * storage.nbytes()).from_address(address)
+    host = torch.frombuffer(memory, dtype=t.dtype).view(t.shape)
+    _CURRENT.stage.in_place.append(host)
+    return host
+
+
+@functools.cache
+def _dtype_code(dtype):
+    from . import _C
+    return next(code for code, name in _C.dtype_codes() if getattr(torch, name) == dtype)
+
+
+def _on_host(tensors, in_place=False):
+    """Host tensors holding `tensors`' data: CPU tensors as they are; with `in_place` (the
+    collective writes its results there), device memory itself where it can be had; else
+    copies."""
+    hosts = []
+    for t in tensors:
+        host = t if t.device.type == "cpu" else (_device_memory(t) if in_place else None)
+        hosts.append(host if host is not None else _host_like(t).copy_(t.detach()))
+    return hosts
 
 
 def _empty_on_host(tensors):
-    """Host tensors to receive into, shaped like `tensors`."""
-    return [_host_like(t) for t in tensors]
+    """Host tensors to receive into, shaped like `tensors`: device memory where it can be had."""
+    hosts = []
+    for t in tensors:
+        host = _device_memory(t)
+        hosts.append(host if host is not None else _host_like(t))
+    return hosts
 
 
 def _write_back(dsts, hosts):
+    in_place = getattr(_CURRENT, "stage", None)
+    in_place = in_place.in_place if in_place is not None else []
     with torch.no_grad():
         for d, h in zip(dsts, hosts):
-            if d is not h:
+            if d is not h and not any(h is m for m in in_place):
                 d.copy_(h)
 
 
@@ -169,7 +208,7 @@ class HostStagedBackend(_C10dBackend):
         o.reduceOp, o.timeout = op, opts.timeout
         if isinstance(o, dist.ReduceOptions):
             o.rootRank, o.rootTensor = opts.rootRank, opts.rootTensor
-        hosts = _on_host(tensors)
+        hosts = _on_host(tensors, in_place=True)
         gloo_call(hosts, o).wait()
         if after:
             after(hosts)
@@ -224,7 +263,7 @@ class HostStagedBackend(_C10dBackend):
     @_staged
     def broadcast(self, tensors, opts):
         self._agree("broadcast", tensors)
-        hosts = _on_host(tensors)
+        hosts = _on_host(tensors, in_place=True)
         self._gloo.broadcast(hosts, opts).wait()
         _write_back(tensors, hosts)
         return _done(list(tensors))

@@ -158,6 +158,30 @@ fn upload(bytes: &[u8], dtype: DType, dims: Vec<i64>, device: i32) -> Result<Sto
     Ok(Stored::ready(DevBuf::new(buf, bytes.len() as i64, device), dtype, dims))
 }
 
+/// The host address of a whole storage's device memory, for a collective to read and write in
+/// place (torch.distributed's host staging without its copies). Only where device memory is
+/// host memory (the CPU plugin), and only for a computed buffer of exactly the storage's
+/// `numel` elements of `dtype` (not a bucket's, not a recorded constant) that the cell alone
+/// holds. Runs what fused eager mode recorded and waits for every queued computation first,
+/// so that nothing still reads the buffer when it is written. None where any of that does not
+/// hold: the caller copies through host memory instead.
+pub fn host_alias(cell: &Cell, dtype: DType, numel: i64) -> Result<Option<usize>, Error> {
+    if runtime()?.client.platform_name() != "cpu" || numel <= 0 || numel * dtype.size() as i64 != cell.nbytes() {
+        return Ok(None);
+    }
+    dispatch::flush_recorded("collective")?;
+    checks::raise_pending()?;
+    crate::cell::synchronize()?;
+    dispatch::locked(|held| {
+        let Some(s) = cell.get(held) else { return Ok(None) };
+        let Some(dev) = s.dev() else { return Ok(None) };
+        if s.constant || s.dtype != dtype || s.dims.iter().product::<i64>() != numel || std::sync::Arc::strong_count(dev) != 1 {
+            return Ok(None);
+        }
+        Ok(Some(dev.buf.unsafe_pointer()?))
+    })
+}
+
 /// The whole cell's contents as bytes (zeros when never written).
 pub fn cell_bytes(cell: &Cell) -> Result<(Option<(DType, Vec<i64>)>, Vec<u8>), Error> {
     let stored = dispatch::stored_ready(cell)?;

@@ -189,6 +189,19 @@ fn platform() -> PyResult<(String, String, String, String)> {
     Ok((rt.client.platform_name().to_string(), rt.client.platform_version().to_string(), kind, rt.identity.clone()))
 }
 
+/// The host address of the device memory behind the tpu storage whose data pointer is
+/// `storage_address`, for torch.distributed to use in place (engine::host::host_alias), or
+/// None.
+#[pyfunction]
+fn host_alias(storage_address: usize, dtype_code: i8, numel: i64) -> PyResult<Option<usize>> {
+    let err = |e: engine::Error| pyo3::exceptions::PyRuntimeError::new_err(e.to_string());
+    let Some(dtype) = lowerings::DType::from_code(dtype_code) else { return Ok(None) };
+    let Some(cell) = engine::address::cell_at(storage_address) else { return Ok(None) };
+    // SAFETY: the caller holds the tensor, so its storage's cell stays alive for this call.
+    let cell = unsafe { &*(cell as *const engine::cell::Cell) };
+    engine::host::host_alias(cell, dtype, numel).map_err(err)
+}
+
 /// (major, minor) of the PJRT C API the plugin was built with (for `python -m torchtpu`).
 #[pyfunction]
 fn pjrt_api_version() -> PyResult<(i32, i32)> {
@@ -466,6 +479,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(platform, m)?)?;
+    m.add_function(wrap_pyfunction!(host_alias, m)?)?;
     m.add_function(wrap_pyfunction!(pjrt_api_version, m)?)?;
     m.add_function(wrap_pyfunction!(set_rng, m)?)?;
     m.add_function(wrap_pyfunction!(get_rng, m)?)?;
