@@ -66,6 +66,25 @@ def test_grouped_query_heads():
         assert_close(a, b, torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads,lq,lk", [((4, 4), 128, 128), ((4, 2), 200, 200), ((2, 2), 130, 80), ((2, 1), 140, 300)])
+def test_causal_attention_in_blocks_of_rows(dtype, heads, lq, lk):
+    # Causal attention over 128 rows or more runs in blocks of rows, each reading only the keys
+    # before its last row: equal, sizes that do not divide evenly, grouped heads, more queries
+    # than keys (rows past the last key see every key) and fewer.
+    torch.manual_seed(7)
+    hq, hk = heads
+    q, k, v = (x.to(dtype) for x in (torch.randn(2, hq, lq, 16), torch.randn(2, hk, lk, 16), torch.randn(2, hk, lk, 8)))
+    torch.manual_seed(8)
+    ref, _, rg, _ = run_both(q.float(), k.float(), v.float(), is_causal=True, enable_gqa=hq != hk)
+    torch.manual_seed(8)
+    _, got, _, gg = run_both(q, k, v, is_causal=True, enable_gqa=hq != hk)
+    assert_close(got, ref, dtype)
+    for a, b in zip(gg, rg):
+        assert a.dtype == dtype
+        assert_close(a, b, dtype)
+
+
 @pytest.mark.parametrize("mask_shape", [(5, 7), (2, 1, 5, 7), (2, 3, 5, 7)])
 def test_float_mask_and_its_gradient(mask_shape):
     torch.manual_seed(2)
