@@ -265,6 +265,17 @@ def check_in_place_device_memory():
         b = data(RANK, (7,), torch.bfloat16).to(DEV) + 0
         dist.broadcast(b, src=0)
         close(b, data(0, (7,), torch.bfloat16), "broadcast")
+        # An earlier op's failure raises at the collective, with its own class, on every rank.
+        y = data(RANK, (4,), torch.float32).to(DEV) * 1
+        y[torch.tensor([7], device=DEV)]
+        try:
+            dist.all_reduce(y)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("an out-of-range index before all_reduce did not raise IndexError")
+        dist.all_reduce(y)
+        close(y, reduce_all([data(r, (4,), torch.float32) for r in range(WORLD)], "sum"), "all_reduce after a failure", tol=1e-6)
     finally:
         td._device_memory = real
 

@@ -194,7 +194,18 @@ fn platform() -> PyResult<(String, String, String, String)> {
 /// None.
 #[pyfunction]
 fn host_alias(storage_address: usize, dtype_code: i8, numel: i64) -> PyResult<Option<usize>> {
-    let err = |e: engine::Error| pyo3::exceptions::PyRuntimeError::new_err(e.to_string());
+    // An earlier op's failure (fused eager mode, a device check) raises here with its class.
+    let err = |e: engine::Error| {
+        use pyo3::exceptions::*;
+        let message = e.to_string();
+        match e.kind() {
+            lowerings::ErrorKind::Runtime => PyRuntimeError::new_err(message),
+            lowerings::ErrorKind::Value => PyValueError::new_err(message),
+            lowerings::ErrorKind::Type => PyTypeError::new_err(message),
+            lowerings::ErrorKind::Index => PyIndexError::new_err(message),
+            lowerings::ErrorKind::NotImplemented => PyNotImplementedError::new_err(message),
+        }
+    };
     let Some(dtype) = lowerings::DType::from_code(dtype_code) else { return Ok(None) };
     let Some(cell) = engine::address::cell_at(storage_address) else { return Ok(None) };
     // SAFETY: the caller holds the tensor, so its storage's cell stays alive for this call.

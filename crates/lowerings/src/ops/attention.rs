@@ -489,5 +489,3 @@ fn attend_backward(cx: &mut Cx, a: &Attn, vals: [Value; 6], bias: Option<&Tensor
     };
     Ok(BlockGrads { q: grad_q, k: grad_k, v: grad_v, bias: grad_bias })
 }
-
-
