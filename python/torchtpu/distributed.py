@@ -10,8 +10,8 @@ group of the same ranks, over the same store. Its device memory is host memory: 
 storage that the engine can hand out (computed, held by that tensor alone) goes to gloo as it
 is, read and written in place with no copy; any other tpu tensor (a view, a shared buffer,
 another plugin's) is staged through host memory (one host copy of its data) and the result
-written back in place. Calls are synchronous: the returned Work is already complete, so `async_op=True`
-works and `wait()` returns at once.
+written back in place. Calls are synchronous: the returned Work is already complete, so
+`async_op=True` works and `wait()` returns at once.
 """
 import ctypes
 import functools
@@ -95,20 +95,15 @@ def _device_memory(t):
     if t.device.type != "tpu" or not t.is_contiguous() or t.storage_offset() != 0:
         return None
     from . import _C
+    from .dynamo import _DTYPE_CODES
     storage = t.untyped_storage()
-    address = _C.host_alias(storage.data_ptr(), _dtype_code(t.dtype), t.numel())
+    address = _C.host_alias(storage.data_ptr(), _DTYPE_CODES[t.dtype], t.numel())
     if address is None:
         return None
     memory = (ctypes.c_ubyte * storage.nbytes()).from_address(address)
     host = torch.frombuffer(memory, dtype=t.dtype).view(t.shape)
     _CURRENT.stage.in_place.append(host)
     return host
-
-
-@functools.cache
-def _dtype_code(dtype):
-    from . import _C
-    return next(code for code, name in _C.dtype_codes() if getattr(torch, name) == dtype)
 
 
 def _on_host(tensors, in_place=False):
