@@ -225,18 +225,25 @@ FLEX_MASKS = {
 }
 
 
-@pytest.mark.parametrize("kv_block", [512, 8])
+@pytest.mark.parametrize("kv_block,sparse_block", [(512, 128), (8, 2)])
 @pytest.mark.parametrize("mask_name", FLEX_MASKS)
 @pytest.mark.parametrize("gqa", [False, True])
-def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, caplog, monkeypatch):
+def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, sparse_block, caplog, monkeypatch):
     # Compiled flex attention with a block mask vs eager SDPA with the same dense mask on CPU,
-    # outputs and the gradients of q, k and v; the keys in one block, or in 3 (a running
-    # softmax across them).
+    # outputs and the gradients of q, k and v; the keys in one block, or in blocks of 8 (a
+    # running softmax across them) with block sparsity on blocks of 2: the causal and sliding
+    # window masks (positions only) then attend 8 groups of rows over only the keys each
+    # reaches, the document mask (it reads a tensor) every key.
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     import torchtpu.dynamo
 
     monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", kv_block)
+    monkeypatch.setattr(torchtpu.dynamo, "FLEX_SPARSE_BLOCK", sparse_block)
+    torch._dynamo.reset()  # the same function compiled by an earlier case used other blocks
+    found = []
+    row_groups = torchtpu.dynamo._flex_row_groups
+    monkeypatch.setattr(torchtpu.dynamo, "_flex_row_groups", lambda *a: found.append(row_groups(*a)) or found[-1])
 
     n, d, hq = 24, 8, 4
     hkv = 2 if gqa else hq
@@ -259,6 +266,12 @@ def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, caplog, 
     torch.testing.assert_close(out.detach().cpu(), want.detach(), atol=2e-5, rtol=2e-5)
     for t, r in ((qt, qr), (kt, kr), (vt, vr)):
         torch.testing.assert_close(t.grad.cpu(), r.grad, atol=5e-5, rtol=5e-5)
+    groups = found[-1]
+    if sparse_block == 128 or mask_name == "document":
+        assert groups is None
+    else:  # 12 blocks of rows merged into 8 groups; fewer keys than rows x keys
+        assert len(groups) == 8 and [g[:2] for g in groups][0][0] == 0 and groups[-1][1] == n
+        assert sum((r1 - r0) * (k1 - k0) for r0, r1, k0, k1 in groups) < 0.75 * n * n
 
 
 def test_compiled_flex_attention_score_mod_with_a_captured_bias():
@@ -283,12 +296,15 @@ def test_compiled_flex_attention_score_mod_with_a_captured_bias():
 
 
 def test_compiled_flex_attention_in_blocks_matches_cpu_flex_attention(monkeypatch):
-    # Keys in blocks of 8 against PyTorch's flex attention on CPU: a score_mod reading a captured
-    # bias, rows whose every key is masked (zeros, logsumexp -inf), the logsumexp, bfloat16.
+    # Keys in blocks of 8 and block sparsity on blocks of 2 against PyTorch's flex attention on
+    # CPU: a score_mod reading a captured bias, rows whose every key is masked (zeros, logsumexp
+    # -inf), the logsumexp, bfloat16.
     import torchtpu.dynamo
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", 8)
+    monkeypatch.setattr(torchtpu.dynamo, "FLEX_SPARSE_BLOCK", 2)  # rows 0-1: a group with no key
+    torch._dynamo.reset()
     n, d = 20, 8
     g = torch.Generator().manual_seed(0)
     bias = torch.randn(2, n, n, generator=g)

@@ -725,6 +725,62 @@ def _lookup(by_sizes, placeholders, args, specialize):
 # Keys per block of blockwise flex attention: a longer key sequence is attended block by block
 # (scores of [batch, heads, queries, FLEX_KV_BLOCK] at a time), a shorter one in one block.
 FLEX_KV_BLOCK = 512
+# Block sparsity of a mask_mod that reads positions only (causal, sliding window, prefix): the
+# mask is evaluated when the graph compiles, on blocks of FLEX_SPARSE_BLOCK queries and keys, and
+# the queries are attended in up to FLEX_ROW_GROUPS groups of rows, each over only the span of
+# keys its blocks reach. Masks of more than FLEX_MASK_EVAL_LIMIT positions are not evaluated.
+FLEX_SPARSE_BLOCK = 128
+FLEX_ROW_GROUPS = 8
+FLEX_MASK_EVAL_LIMIT = 1 << 28
+
+
+def _flex_row_groups(mask_mod, kept, mask_mod_buffers, sizes):
+    """[(first row, end row, first key, end key)] covering every query row: the keys each group
+    of rows needs (an empty span where none of its keys is kept), or None where the mask is not
+    known when the graph compiles (it reads tensors) or skipping would save under a tenth."""
+    import torch.fx
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    if mask_mod_buffers or not all(isinstance(n, int) for n in sizes) or not isinstance(mask_mod, torch.fx.GraphModule):
+        return None
+    batch, heads, rows, keys = sizes
+    blk = FLEX_SPARSE_BLOCK
+    if rows < 2 * blk:
+        return None
+    # Positions the mask does not read are evaluated once (b and h unused: one batch, one head).
+    used = [bool(n.users) for n in mask_mod.graph.nodes if n.op == "placeholder"][:2]
+    b_n, h_n = (n if u else 1 for n, u in zip((batch, heads), used))
+    if b_n * h_n * rows * keys > FLEX_MASK_EVAL_LIMIT:
+        return None
+    spans = []
+    with _disable_current_modes():  # real tensors on the host, outside the trace
+        b, h, n = torch.arange(b_n), torch.arange(h_n), torch.arange(keys)
+        for r0 in range(0, rows, blk):
+            hit = kept(b, h, torch.arange(r0, min(r0 + blk, rows)), n).reshape(-1, keys).any(0).nonzero()
+            spans.append((int(hit[0]) // blk * blk, min((int(hit[-1]) // blk + 1) * blk, keys)) if len(hit) else (0, 0))
+    # Neighbouring blocks with the same span form one group; then, while there are too many
+    # groups, the two neighbours whose union adds the least computed area merge.
+    groups = []
+    for i, span in enumerate(spans):
+        r0, r1 = i * blk, min((i + 1) * blk, rows)
+        if groups and groups[-1][2:] == span:
+            groups[-1][1] = r1
+        else:
+            groups.append([r0, r1, *span])
+
+    def area(g):
+        return (g[1] - g[0]) * (g[3] - g[2])
+
+    def union(a, c):
+        lo = [x for x in (a[2:], c[2:]) if x[1] > x[0]]
+        return [a[0], c[1], min(x[0] for x in lo), max(x[1] for x in lo)] if lo else [a[0], c[1], 0, 0]
+
+    while len(groups) > FLEX_ROW_GROUPS:
+        i = min(range(len(groups) - 1), key=lambda i: area(union(groups[i], groups[i + 1])) - area(groups[i]) - area(groups[i + 1]))
+        groups[i:i + 2] = [union(groups[i], groups[i + 1])]
+    if sum(map(area, groups)) > 0.9 * rows * keys:
+        return None
+    return [tuple(g) for g in groups]
 
 
 def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, kernel_options, score_mod_buffers=(),
@@ -735,8 +791,9 @@ def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, k
     vmap, rows with no key left give zeros. Over the keys in blocks of FLEX_KV_BLOCK, each
     block's softmax numerators summed into a running one, so the forward holds one block's
     scores at a time; each block is checkpointed (backward recomputes its scores rather than
-    keeping them all). Returns (out, logsumexp, max score)[:outputs], the last two in base 2
-    as the op's are."""
+    keeping them all). A mask that reads positions only skips the key blocks it masks out
+    entirely (`_flex_row_groups`). Returns (out, logsumexp, max score)[:outputs], the last two
+    in base 2 as the op's are."""
     import math
 
     import torch.utils.checkpoint as checkpoint
@@ -753,13 +810,14 @@ def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, k
     scored = _vmap_for_bhqkv(score_mod, prefix=(0,), suffix=(None,) * len(score_mod_buffers))
     kept = _vmap_for_bhqkv(block_mask[-1], prefix=(), suffix=(None,) * len(mask_mod_buffers))
     dev = query.device
-    b, h, m = (torch.arange(n, device=dev) for n in query.shape[:3])
+    b, h = (torch.arange(n, device=dev) for n in query.shape[:2])
     minus_inf = torch.tensor(-math.inf, dtype=work, device=dev)
     n_score = len(score_mod_buffers)
 
-    def attend(q, k, v, start, stop, *buffers):
+    def attend(q, k, v, rows, start, stop, *buffers):
         """One block of keys: its row maxima, the shift used (0 for rows with no key here),
         and the sums and value products of exp(score - shift)."""
+        m = torch.arange(*rows, device=dev)
         n = torch.arange(start, stop, device=dev)
         scores = ((q @ k.to(work).transpose(-2, -1)) * scale).to(work)
         with TransformGetItemToIndex():
@@ -773,28 +831,42 @@ def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, k
     def fade(row_max, shift):
         return torch.exp(torch.where(row_max == -math.inf, -math.inf, row_max - shift))
 
+    def attend_rows(q, r0, r1, k0, k1):
+        """Rows r0:r1 over keys k0:k1 (every other key of theirs masked)."""
+        if k1 <= k0:
+            shape = (*q.shape[:2], r1 - r0)
+            return (torch.zeros((*shape, value.size(-1)), dtype=query.dtype, device=dev),
+                    torch.full(shape, -math.inf, dtype=work, device=dev), torch.full(shape, -math.inf, dtype=work, device=dev))
+        q = q[:, :, r0:r1]
+        run_max = None
+        for start in range(k0, k1, FLEX_KV_BLOCK):
+            stop = min(start + FLEX_KV_BLOCK, k1)
+            # A block's queries depend on the last block's result (a zero added): the compiler
+            # then runs one block after another rather than every block's scores at once.
+            q_in = q if run_max is None else q + (run_shift * 0.0)[..., None]
+            top, shift, sums, outs = checkpoint.checkpoint(attend, q_in, key[:, :, start:stop], value[:, :, start:stop],
+                                                           (r0, r1), start, stop, *score_mod_buffers, *mask_mod_buffers,
+                                                           use_reentrant=False)
+            if run_max is None:
+                run_max, run_shift, run_sum, acc = top, shift, sums, outs
+                continue
+            new_max = torch.maximum(run_max, top)
+            new_shift = torch.where(new_max == -math.inf, 0.0, new_max)
+            old, new = fade(run_max, new_shift), fade(top, new_shift)
+            run_sum = run_sum * old + sums * new
+            acc = acc * old[..., None] + outs * new[..., None]
+            run_max, run_shift = new_max, new_shift
+        empty = run_sum == 0
+        out = torch.where(empty[..., None], 0.0, acc / torch.where(empty, 1.0, run_sum)[..., None])
+        lse = torch.where(empty, -math.inf, torch.log(torch.where(empty, 1.0, run_sum)) + run_shift)
+        return out.to(query.dtype), lse, run_max
+
     q = query.to(work)
-    run_max = None
-    for start in range(0, key.size(2), FLEX_KV_BLOCK):
-        stop = min(start + FLEX_KV_BLOCK, key.size(2))
-        # A block's queries depend on the last block's result (a zero added): the compiler
-        # then runs one block after another rather than every block's scores at once.
-        q_in = q if run_max is None else q + (run_shift * 0.0)[..., None]
-        top, shift, sums, outs = checkpoint.checkpoint(attend, q_in, key[:, :, start:stop], value[:, :, start:stop], start,
-                                                       stop, *score_mod_buffers, *mask_mod_buffers, use_reentrant=False)
-        if run_max is None:
-            run_max, run_shift, run_sum, acc = top, shift, sums, outs
-            continue
-        new_max = torch.maximum(run_max, top)
-        new_shift = torch.where(new_max == -math.inf, 0.0, new_max)
-        old, new = fade(run_max, new_shift), fade(top, new_shift)
-        run_sum = run_sum * old + sums * new
-        acc = acc * old[..., None] + outs * new[..., None]
-        run_max, run_shift = new_max, new_shift
-    empty = run_sum == 0
-    out = torch.where(empty[..., None], 0.0, acc / torch.where(empty, 1.0, run_sum)[..., None])
-    lse = torch.where(empty, -math.inf, torch.log(torch.where(empty, 1.0, run_sum)) + run_shift)
-    return (out.to(query.dtype), lse / math.log(2), run_max / math.log(2))[:outputs]
+    sizes = (batch, query.size(1), query.size(2), key.size(2))
+    spans = _flex_row_groups(block_mask[-1], kept, mask_mod_buffers, sizes) or [(0, sizes[2], 0, sizes[3])]
+    parts = [attend_rows(q, *span) for span in spans]
+    out, lse, run_max = (torch.cat(p, dim=2) if len(parts) > 1 else p[0] for p in zip(*parts))
+    return (out, lse / math.log(2), run_max / math.log(2))[:outputs]
 
 
 def _inline_higher_order_ops(gm):
