@@ -49,6 +49,50 @@ def test_module_forward_backward_matches_cpu():
         torch.testing.assert_close(p.grad.cpu(), p_ref.grad, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["mean", "sum", "none", "weight", "ignore_index", "label_smoothing", "3d"])
+def test_compiled_cross_entropy_backward(case, dtype, monkeypatch):
+    # Cross-entropy's backward (nll_loss_backward into _log_softmax_backward_data) is rewritten
+    # as one expression (dynamo._fuse_cross_entropy_backward) for 2-d inputs: loss and gradient
+    # against CPU, ignored targets, class weights, every reduction; 3-d inputs keep the ops.
+    import torchtpu.dynamo
+
+    torch._dynamo.reset()
+    left = []
+    fuse = torchtpu.dynamo._fuse_cross_entropy_backward
+
+    def spy(gm):
+        gm = fuse(gm)
+        left.extend(n for n in gm.graph.nodes if n.target in (torch.ops.aten.nll_loss_backward.default,
+                                                               torch.ops.aten.nll_loss2d_backward.default))
+        return gm
+
+    monkeypatch.setattr(torchtpu.dynamo, "_fuse_cross_entropy_backward", spy)
+    g = torch.Generator().manual_seed(0)
+    shape = (6, 11, 3) if case == "3d" else (13, 11)
+    x = torch.randn(shape, generator=g).to(dtype)
+    t = torch.randint(0, 11, (shape[0], *shape[2:]), generator=g)
+    t[:4] = 2
+    kw = {"reduction": case} if case in ("sum", "none") else {}
+    if case == "weight":
+        kw["weight"] = torch.rand(11, generator=g).to(dtype)
+    if case in ("ignore_index", "weight"):
+        kw["ignore_index"] = 2
+    if case == "label_smoothing":
+        kw["label_smoothing"] = 0.2
+    xr = x.clone().requires_grad_()
+    want = F.cross_entropy(xr, t, **kw)
+    want.square().sum().backward()
+    xt = x.to(TPU).requires_grad_()
+    dev_kw = {k: v.to(TPU) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    got = torch.compile(lambda x, t: F.cross_entropy(x, t, **dev_kw), backend="tpu")(xt, t.to(TPU))
+    got.square().sum().backward()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), atol=tol, rtol=tol)
+    torch.testing.assert_close(xt.grad.cpu(), xr.grad, atol=tol, rtol=tol)
+    assert bool(left) == (case in ("3d", "label_smoothing")), left
+
+
 def test_recompiles_for_new_shapes_and_reuses_executables():
     f = torch.compile(lambda x: (x * 2).exp().sum(0), backend="tpu")
     for shape in [(3, 4), (5, 4), (3, 4)]:
