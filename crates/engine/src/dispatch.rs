@@ -1457,11 +1457,37 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
     Ok(rt.client.buffer_from_host(bytes, ty, dims, None, rt.device(device)?)?)
 }
 
-/// The buffer a non-cell feed uploads for this call (host tensors, float scalars, random
-/// state, a bucketed call's geometry where it is not kept); None for cell and accumulator feeds.
+/// Float scalars' buffers by device, dtype and value: a number fed again (an optimizer's
+/// betas, eps, learning rate) reads the buffer of its first upload instead of paying an upload
+/// and a free per call, and in a fused graph every op fed the same number reads one parameter.
+/// Programs donate only written cells (`donate_written_buffers`), so such a buffer is never
+/// written. Emptied when it holds SCALAR_BUFFERS numbers (ones that change every step).
+static SCALARS: std::sync::Mutex<Option<HashMap<(i32, DType, [u8; 16]), Arc<DevBuf>>>> = std::sync::Mutex::new(None);
+const SCALAR_BUFFERS: usize = 1024;
+
+/// The buffer of the call's `n`-th float scalar as `elem` (see SCALARS).
+fn scalar_buffer(scan: &Scan, n: u32, elem: ElemType) -> Result<Arc<DevBuf>, Error> {
+    let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
+    let key = (scan.device, DType::from_elem(elem), bytes);
+    let mut cache = SCALARS.lock().unwrap();
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(b) = cache.get(&key) {
+        return Ok(b.clone());
+    }
+    if cache.len() >= SCALAR_BUFFERS {
+        cache.clear();
+    }
+    // Not counted as tensor memory: eight bytes the engine keeps, as it keeps programs.
+    let b = DevBuf::new(upload(runtime()?, &bytes[..len], key.1, &[], scan.device)?, 0, scan.device);
+    cache.insert(key, b.clone());
+    Ok(b)
+}
+
+/// The buffer a non-cell feed uploads for this call (host tensors, random state, a bucketed
+/// call's geometry where it is not kept); None for cell, accumulator and scalar feeds.
 fn upload_feed(f: &Feed, bucket: Option<&BucketCall>, kept_geometry: bool, args: &[TtArg], scan: &Scan) -> Result<Option<pjrt::Buffer>, Error> {
     // Cell feeds (most of a call's) return before anything else is looked up: the eager path.
-    if matches!(f, Feed::Base(_) | Feed::CheckAcc) || (kept_geometry && matches!(f, Feed::Geometry)) {
+    if matches!(f, Feed::Base(_) | Feed::CheckAcc | Feed::Scalar(..)) || (kept_geometry && matches!(f, Feed::Geometry)) {
         return Ok(None);
     }
     let rt = runtime()?;
@@ -1475,10 +1501,7 @@ fn upload_feed(f: &Feed, bucket: Option<&BucketCall>, kept_geometry: bool, args:
             let bytes = if n == 0 { &[][..] } else { unsafe { std::slice::from_raw_parts(t.host as *const u8, n) } };
             upload(rt, bytes, dtype, t.sizes(), device)?
         }
-        Feed::Scalar(n, elem) => {
-            let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
-            upload(rt, &bytes[..len], DType::from_elem(elem), &[], device)?
-        }
+        Feed::Scalar(..) => unreachable!("returned above"),
         Feed::Geometry => bucket.expect("a bucketed program runs with its call's geometry").upload(device)?,
         Feed::Rng(arg) => {
             let a = &args[arg as usize];
@@ -1516,15 +1539,19 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
         Some(call) if entry.feeds.iter().any(|f| matches!(f, Feed::Geometry)) => call.kept(device)?,
         _ => None,
     };
-    // Owned uploads first, so that the references below stay valid.
+    // Owned uploads and scalars first, so that the references below stay valid.
     let mut owned: Vec<pjrt::Buffer> = Vec::new();
+    let mut scalars: Vec<Arc<DevBuf>> = Vec::new();
     for f in &entry.feeds {
-        owned.extend(upload_feed(f, bucket, kept_geometry.is_some(), args, scan)?);
+        match *f {
+            Feed::Scalar(n, elem) => scalars.push(scalar_buffer(scan, n, elem)?),
+            _ => owned.extend(upload_feed(f, bucket, kept_geometry.is_some(), args, scan)?),
+        }
     }
     // Held from here until the program's new accumulator is stored (see checks.rs).
     let acc = if entry.checks { Some(checks::acc(device)?) } else { None };
     let mut inputs: Vec<&pjrt::Buffer> = Vec::with_capacity(entry.feeds.len());
-    let mut next_owned = 0;
+    let (mut next_owned, mut next_scalar) = (0, 0);
     for f in &entry.feeds {
         match *f {
             Feed::Base(slot) => {
@@ -1535,6 +1562,10 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
             }
             Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
             Feed::Geometry if kept_geometry.is_some() => inputs.push(kept_geometry.unwrap()),
+            Feed::Scalar(..) => {
+                inputs.push(&scalars[next_scalar].buf);
+                next_scalar += 1;
+            }
             _ => {
                 inputs.push(&owned[next_owned]);
                 next_owned += 1;
@@ -1604,6 +1635,7 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
                 Some(p) => graph.input_of(p).expect("a graph's accumulator is its own result"),
                 None => fused::Input::Owned(upload(runtime()?, &[0u8; 24], DType::I64, &[3], device)?),
             },
+            Feed::Scalar(n, elem) => fused::Input::Ready(scalar_buffer(scan, n, elem)?),
             _ => fused::Input::Owned(upload_feed(f, bucket, false, args, scan)?.expect("a recorded call's feeds are cells or uploads")),
         };
         inputs.push(input);
