@@ -1459,14 +1459,14 @@ fn upload(rt: &crate::runtime::Runtime, bytes: &[u8], dtype: DType, dims: &[i64]
 
 /// Float scalars' buffers by device, dtype and value: a number fed again (an optimizer's
 /// betas, eps, learning rate) reads the buffer of its first upload instead of paying an upload
-/// and a free per call, and in a fused graph every op fed the same number reads one parameter.
-/// Programs donate only written cells (`donate_written_buffers`), so such a buffer is never
-/// written. Emptied when it holds SCALAR_BUFFERS numbers (ones that change every step).
-static SCALARS: std::sync::Mutex<Option<HashMap<(i32, DType, [u8; 16]), Arc<DevBuf>>>> = std::sync::Mutex::new(None);
+/// and a free per call. Programs donate only written cells (`donate_written_buffers`), so such
+/// a buffer is never written. Engine-internal like a program's constants: not counted as tensor
+/// memory. Emptied when it holds SCALAR_BUFFERS numbers (ones that change every step).
+static SCALARS: std::sync::Mutex<Option<HashMap<(i32, DType, [u8; 16]), Arc<pjrt::Buffer>>>> = std::sync::Mutex::new(None);
 const SCALAR_BUFFERS: usize = 1024;
 
 /// The buffer of the call's `n`-th float scalar as `elem` (see SCALARS).
-fn scalar_buffer(scan: &Scan, n: u32, elem: ElemType) -> Result<Arc<DevBuf>, Error> {
+fn scalar_buffer(scan: &Scan, n: u32, elem: ElemType) -> Result<Arc<pjrt::Buffer>, Error> {
     let (bytes, len) = scalar_bytes(scan.floats[n as usize], elem);
     let key = (scan.device, DType::from_elem(elem), bytes);
     let mut cache = SCALARS.lock().unwrap();
@@ -1477,8 +1477,7 @@ fn scalar_buffer(scan: &Scan, n: u32, elem: ElemType) -> Result<Arc<DevBuf>, Err
     if cache.len() >= SCALAR_BUFFERS {
         cache.clear();
     }
-    // Not counted as tensor memory: eight bytes the engine keeps, as it keeps programs.
-    let b = DevBuf::new(upload(runtime()?, &bytes[..len], key.1, &[], scan.device)?, 0, scan.device);
+    let b = Arc::new(upload(runtime()?, &bytes[..len], key.1, &[], scan.device)?);
     cache.insert(key, b.clone());
     Ok(b)
 }
@@ -1541,7 +1540,7 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
     };
     // Owned uploads and scalars first, so that the references below stay valid.
     let mut owned: Vec<pjrt::Buffer> = Vec::new();
-    let mut scalars: Vec<Arc<DevBuf>> = Vec::new();
+    let mut scalars: Vec<Arc<pjrt::Buffer>> = Vec::new();
     for f in &entry.feeds {
         match *f {
             Feed::Scalar(n, elem) => scalars.push(scalar_buffer(scan, n, elem)?),
@@ -1563,7 +1562,7 @@ fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, 
             Feed::CheckAcc => inputs.push(acc.as_ref().unwrap().input()),
             Feed::Geometry if kept_geometry.is_some() => inputs.push(kept_geometry.unwrap()),
             Feed::Scalar(..) => {
-                inputs.push(&scalars[next_scalar].buf);
+                inputs.push(&scalars[next_scalar]);
                 next_scalar += 1;
             }
             _ => {
@@ -1635,7 +1634,7 @@ fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, bucket: Option
                 Some(p) => graph.input_of(p).expect("a graph's accumulator is its own result"),
                 None => fused::Input::Owned(upload(runtime()?, &[0u8; 24], DType::I64, &[3], device)?),
             },
-            Feed::Scalar(n, elem) => fused::Input::Ready(scalar_buffer(scan, n, elem)?),
+            Feed::Scalar(n, elem) => fused::Input::Scalar(scalar_buffer(scan, n, elem)?),
             _ => fused::Input::Owned(upload_feed(f, bucket, false, args, scan)?.expect("a recorded call's feeds are cells or uploads")),
         };
         inputs.push(input);

@@ -80,8 +80,12 @@ const MAX_PROGRAMS: usize = 64;
 pub enum Input {
     /// A computed buffer (a cell's, when the op was recorded).
     Ready(Arc<DevBuf>),
-    /// A buffer uploaded when the op was recorded (host tensors, scalars, random state).
+    /// A buffer uploaded when the op was recorded (host tensors, random state).
     Owned(pjrt::Buffer),
+    /// A float scalar's buffer, shared by the calls fed the same number (never donated). Each
+    /// occurrence is a parameter of its own: a graph's structure does not depend on which of
+    /// its numbers happen to be equal.
+    Scalar(Arc<pjrt::Buffer>),
     /// Result `out` of the graph's op `node`.
     Out(usize, usize),
 }
@@ -307,7 +311,7 @@ impl Plan {
                         externals.push((i, j));
                         externals.len() - 1
                     })),
-                    Input::Owned(_) => {
+                    Input::Owned(_) | Input::Scalar(_) => {
                         externals.push((i, j));
                         Some(externals.len() - 1)
                     }
@@ -354,6 +358,7 @@ fn run_op_by_op(g: &mut Graph, live: &[Vec<bool>]) -> Result<(), Error> {
             .map(|input| match input {
                 Input::Ready(b) => &b.buf,
                 Input::Owned(b) => b,
+                Input::Scalar(b) => b,
                 Input::Out(n, o) => &results[*n][*o].as_ref().expect("a result is kept until its last reader").buf,
             })
             .collect();
@@ -391,6 +396,7 @@ fn run_fused(g: &mut Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedE
         .map(|&(i, j)| match &g.ops[i].inputs[j] {
             Input::Ready(b) => &b.buf,
             Input::Owned(b) => b,
+            Input::Scalar(b) => b,
             Input::Out(..) => unreachable!("an external input is a buffer"),
         })
         .collect();
