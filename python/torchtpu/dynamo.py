@@ -339,6 +339,7 @@ def _fuse_cross_entropy_backward(gm):
     log-probabilities of known size only."""
     aten = torch.ops.aten
     graph = gm.graph
+    changed = False
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is not aten._log_softmax_backward_data.default:
             continue
@@ -352,17 +353,17 @@ def _fuse_cross_entropy_backward(gm):
                 or not isinstance(val.shape[1], int) or not isinstance(reduction, int) or not isinstance(ignore_index, int)):
             continue
         classes = val.shape[1]
+        acc = torch.float64 if dtype == torch.float64 else torch.float32  # as nll_loss sums
         with graph.inserting_before(node):
             def f(op, *args, **kwargs):
                 return graph.call_function(op, args, kwargs)
 
             counted = f(aten.logical_and.default, f(aten.ne.Scalar, target, ignore_index),
                         f(aten.logical_and.default, f(aten.ge.Scalar, target, 0), f(aten.lt.Scalar, target, classes)))
-            r = f(aten.neg.default, f(aten._to_copy.default, g, dtype=torch.float32 if dtype != torch.float64 else dtype))
+            r = f(aten.neg.default, f(aten._to_copy.default, g, dtype=acc))
             if weight is not None:
                 clamped = f(aten.clamp.default, target, 0, classes - 1)
-                r = f(aten.mul.Tensor, r, f(aten._to_copy.default, f(aten.index_select.default, weight, 0, clamped),
-                                            dtype=torch.float32 if dtype != torch.float64 else dtype))
+                r = f(aten.mul.Tensor, r, f(aten._to_copy.default, f(aten.index_select.default, weight, 0, clamped), dtype=acc))
             if reduction == 1:  # mean
                 r = f(aten.div.Tensor, r, total_weight)
             r = f(aten.where.ScalarOther, counted, r, 0.0)
@@ -374,8 +375,10 @@ def _fuse_cross_entropy_backward(gm):
         node.replace_all_uses_with(fused)
         graph.erase_node(node)
         graph.erase_node(grad)
-    graph.lint()
-    gm.recompile()
+        changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
     return gm
 
 
