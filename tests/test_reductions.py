@@ -134,6 +134,58 @@ def test_prod(shape, dtype):
     check(lambda t: t.prod(dtype=torch.float64), x)
 
 
+# Long rows: on the CPU plugin a float32 sum over a tensor's last dims of 64 to 16384 elements is a
+# matrix-vector product with ones (XLA:CPU's reduction loops add one element at a time). Rows of
+# mixed magnitudes, views, keepdim, infinities and NaNs; longer rows keep XLA's reduction.
+LONG_ROWS = [((64,), -1), ((3, 1000), 1), ((2, 3, 16, 8), (-2, -1)), ((5, 16384), -1), ((2, 20000), 1),
+             ((1000, 3), 0)]
+
+
+@pytest.mark.parametrize("shape, dim", LONG_ROWS)
+def test_long_row_sums(shape, dim):
+    x = make(shape) * torch.logspace(-3, 3, shape[-1]).to(torch.float32)
+    n = x.shape[-1] if dim != 0 else x.shape[0]
+    # The order of the additions differs from CPU's: the bound is n rounding errors of the
+    # largest term (the sums of float64 values rounded to float32 are the reference).
+    tol = dict(atol=n * 2e-7 * x.abs().max().item(), rtol=1e-5)
+    want = x.double().sum(dim).float()
+    torch.testing.assert_close(x.to(TPU).sum(dim).cpu(), want, **tol)
+    torch.testing.assert_close(x.to(TPU).sum(dim, keepdim=True).cpu(), want.reshape(x.double().sum(dim, keepdim=True).shape), **tol)
+    torch.testing.assert_close(x.to(TPU).mean(dim).cpu(), x.double().mean(dim).float(), **tol)
+    if x.dim() >= 2:
+        t = x.transpose(0, -1).contiguous().transpose(0, -1)  # the same values, not contiguous
+        assert not t.is_contiguous()
+        torch.testing.assert_close(t.to(TPU).sum(dim).cpu(), want, **tol)
+    special = x.clone().reshape(-1, x.shape[-1])
+    special[0, 1] = float("inf")
+    if special.shape[0] > 1:
+        special[1, 2] = float("nan")
+    check(lambda t: t.sum(-1).isfinite(), special)
+    check(lambda t: t.sum(-1).isnan(), special)
+
+
+def test_long_row_sums_are_products_on_the_cpu_plugin(tmp_path):
+    """The rewrite is there: the program of a long row sum holds a dot_general, not a reduce."""
+    import os
+    import subprocess
+    import sys
+
+    script = "import torch, torchtpu; print(torch.randn(4, 512, device='tpu').sum(-1).cpu().shape)"
+    r = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, TORCHTPU_DUMP_PROGRAMS=str(tmp_path)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    texts = [p.read_text() for p in tmp_path.iterdir()]
+    sums = [t for t in texts if "512xf32" in t and "tensor<4xf32>" in t]
+    assert sums and all("stablehlo.dot_general" in t and "stablehlo.reduce" not in t for t in sums), sums
+
+
+def test_long_row_sum_gradients():
+    for shape, dim in [((8, 1000), -1), ((2, 4, 128), -1)]:
+        grad_check(lambda t: t.sum(dim), make(shape), atol=2e-4, rtol=1e-5)  # n rounding errors
+        grad_check(lambda t: torch.softmax(t, dim), make(shape), atol=1e-5)
+        grad_check(lambda t: torch.log_softmax(t, dim), make(shape), atol=1e-5)
+
+
 # ---- extremes -----------------------------------------------------------------------------------
 
 

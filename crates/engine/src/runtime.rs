@@ -103,6 +103,7 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     let identity = format!("{}|{}.{}|{}|{}|{}", fingerprint, maj, min, client.platform_name(), client.platform_version(), flags.join("|"));
     // XLA:CPU cannot compile chlo.ragged_dot (grouped matmuls); the GPU and TPU compilers can.
     lowerings::set_ragged_dot(client.platform_name() != "cpu");
+    lowerings::set_sums_as_dots(client.platform_name() == "cpu");
     // With several devices, portable executables let one compiled op serve all of them; with
     // one, executables compiled for it take the plugin's usual (non-portable) execute path.
     let compile_options = if devices.len() == 1 {

@@ -7,6 +7,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check};
 use stablehlo::{Builder, CmpDir, ElemType, TensorType, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The combining function of a reduction.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -22,6 +23,45 @@ pub(crate) enum Red {
     /// NaN-keeping reducer). It may drop a NaN, which reaches the result through the sum of
     /// exponentials anyway.
     ShiftMax,
+}
+
+static SUMS_AS_DOTS: AtomicBool = AtomicBool::new(false);
+
+/// Whether float32 sums over a tensor's last dims are products with a vector of ones (set once
+/// by the engine: on the CPU plugin). XLA:CPU's reduction loops add one element at a time
+/// (its tree rewrite splits rows of more than 32 into windows, summed the same way); its
+/// matrix-vector product is vectorized: a row sum of x*x over [8192, 128] took 550 us as a
+/// reduction and 200 us as a product (torch CPU 100 us).
+pub fn set_sums_as_dots(on: bool) {
+    SUMS_AS_DOTS.store(on, Ordering::Relaxed);
+}
+
+/// Rows of at least this many elements (and at most ROW_SUM_DOT_MAX) are summed by a product.
+const ROW_SUM_DOT_MIN: i64 = 64;
+/// Longer rows keep XLA's tree of windows, whose error grows more slowly than a product's.
+const ROW_SUM_DOT_MAX: i64 = 1 << 14;
+
+/// The sum of float32 `v` over its last dims `dims` as [rows, n] x ones[n], where enabled.
+fn row_sum_as_dot(cx: &mut Cx, v: Value, dims: &[i64]) -> Option<Value> {
+    if !SUMS_AS_DOTS.load(Ordering::Relaxed) || cx.elem(v) != ElemType::F32 {
+        return None;
+    }
+    let shape = cx.dims(v);
+    let rank = shape.len() as i64;
+    if dims.iter().enumerate().any(|(i, &d)| d != rank - dims.len() as i64 + i as i64) {
+        return None; // not the trailing dims
+    }
+    let kept = &shape[..shape.len() - dims.len()];
+    let n: i64 = shape[kept.len()..].iter().product();
+    if !(ROW_SUM_DOT_MIN..=ROW_SUM_DOT_MAX).contains(&n) {
+        return None;
+    }
+    let rows: i64 = kept.iter().product();
+    let m = cx.reshape(v, &[rows, n]);
+    let ones = cx.splat_f64(1.0, &TensorType::new(ElemType::F32, &[n]));
+    cx.set_precision(Some(stablehlo::Precision::Highest));
+    let s = cx.dot_general(m, ones, &[], &[], &[1], &[0], ElemType::F32);
+    Some(cx.reshape(s, kept))
 }
 
 /// The identity of `red` for `elem`.
@@ -90,6 +130,11 @@ pub(crate) fn combine(b: &mut Builder, red: Red, x: Value, y: Value) -> Value {
 pub(crate) fn reduce(cx: &mut Cx, v: Value, dims: &[i64], red: Red) -> Value {
     if dims.is_empty() {
         return v;
+    }
+    if red == Red::Sum {
+        if let Some(s) = row_sum_as_dot(cx, v, dims) {
+            return s;
+        }
     }
     let elem = cx.elem(v);
     let init = identity(cx, red, elem);
