@@ -233,17 +233,21 @@ def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, sparse_b
     # outputs and the gradients of q, k and v; the keys in one block, or in blocks of 8 (a
     # running softmax across them) with block sparsity on blocks of 2: the causal and sliding
     # window masks (positions only) then attend 8 groups of rows over only the keys each
-    # reaches, the document mask (it reads a tensor) every key.
+    # reaches; the document mask (it reads a tensor) attends tiles of rows and keys, each only
+    # where the BlockMask's lists (blocks of 2 here) list one of its blocks.
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     import torchtpu.dynamo
 
     monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", kv_block)
     monkeypatch.setattr(torchtpu.dynamo, "FLEX_SPARSE_BLOCK", sparse_block)
+    if mask_name == "document":
+        monkeypatch.setattr(torchtpu.dynamo, "FLEX_ROW_GROUPS", 3)  # 3 x 3 tiles, each a cond to compile
     torch._dynamo.reset()  # the same function compiled by an earlier case used other blocks
-    found = []
-    row_groups = torchtpu.dynamo._flex_row_groups
+    found, tiled = [], []
+    row_groups, tiles = torchtpu.dynamo._flex_row_groups, torchtpu.dynamo._flex_tiles
     monkeypatch.setattr(torchtpu.dynamo, "_flex_row_groups", lambda *a: found.append(row_groups(*a)) or found[-1])
+    monkeypatch.setattr(torchtpu.dynamo, "_flex_tiles", lambda *a: tiled.append(tiles(*a)) or tiled[-1])
 
     n, d, hq = 24, 8, 4
     hkv = 2 if gqa else hq
@@ -258,7 +262,7 @@ def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, sparse_b
     want = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=dense(n), enable_gqa=gqa)
     want.square().sum().backward()
     qt, kt, vt = (t.to(TPU).requires_grad_() for t in (q, k, v))
-    block_mask = create_block_mask(mask_mod, None, None, n, n, device=TPU)
+    block_mask = create_block_mask(mask_mod, None, None, n, n, device=TPU, BLOCK_SIZE=sparse_block)
     f = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa), backend="tpu")
     out = f(qt, kt, vt)
     out.square().sum().backward()
@@ -272,6 +276,12 @@ def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, sparse_b
     else:  # 12 blocks of rows merged into 8 groups; fewer keys than rows x keys
         assert len(groups) == 8 and [g[:2] for g in groups][0][0] == 0 and groups[-1][1] == n
         assert sum((r1 - r0) * (k1 - k0) for r0, r1, k0, k1 in groups) < 0.75 * n * n
+    if mask_name == "document" and sparse_block == 2:
+        # The document mask's blocks are skipped at run time from the BlockMask's lists: 12 x 12
+        # blocks of 2 in 3 x 3 tiles of 8 rows by 8 keys, each under a cond.
+        assert len(tiled[-1]) == 9 and tiled[-1][1] == (0, 8, 8, 16)
+    else:  # one tile (a single block of 128): nothing to skip
+        assert all(len(t) == 1 for t in tiled)
 
 
 def test_compiled_flex_attention_score_mod_with_a_captured_bias():
