@@ -1012,7 +1012,8 @@ def _flex_attention_in_blocks(query, key, value, score_mod, block_mask, scale, k
     q = query.to(work)
     sizes = (batch, query.size(1), query.size(2), key.size(2))
     spans = _flex_row_groups(block_mask[-1], kept, mask_mod_buffers, sizes)
-    listed = None if spans is not None or not mask_mod_buffers else _flex_listed_blocks(block_mask, *sizes[2:], dev)
+    runtime = spans is None and mask_mod_buffers and all(isinstance(n, int) for n in sizes)
+    listed = _flex_listed_blocks(block_mask, *sizes[2:], dev) if runtime else None
     tiles = None if listed is None else _flex_tiles(*sizes[2:], *listed[1:])
     if tiles is not None and len(tiles) > 1:
         parts = attend_tiles(q, *listed, tiles)
