@@ -134,17 +134,18 @@ def test_prod(shape, dtype):
     check(lambda t: t.prod(dtype=torch.float64), x)
 
 
-# Long rows: on the CPU plugin a float32 sum over a tensor's last dims of 64 to 16384 elements is a
-# matrix-vector product with ones (XLA:CPU's reduction loops add one element at a time). Rows of
-# mixed magnitudes, views, keepdim, infinities and NaNs; longer rows keep XLA's reduction.
+# Long rows: on the CPU plugin a float32 sum over a tensor's last dims of 64 to 1024 elements is a
+# matrix-vector product with ones (XLA:CPU's reduction loops add one element at a time), a longer
+# one sums pieces of a length dividing it, then their sums. Rows of mixed magnitudes, views,
+# keepdim, infinities and NaNs; a column sum and a prime length keep XLA's reduction.
 LONG_ROWS = [((64,), -1), ((3, 1000), 1), ((2, 3, 16, 8), (-2, -1)), ((5, 16384), -1), ((2, 20000), 1),
-             ((1000, 3), 0)]
+             ((256, 256), (0, 1)), ((2, 65537), -1), ((1000, 3), 0)]
 
 
 @pytest.mark.parametrize("shape, dim", LONG_ROWS)
 def test_long_row_sums(shape, dim):
     x = make(shape) * torch.logspace(-3, 3, shape[-1]).to(torch.float32)
-    n = x.shape[-1] if dim != 0 else x.shape[0]
+    n = x.numel() // x.sum(dim).numel()
     # The order of the additions differs from CPU's: the bound is n rounding errors of the
     # largest term (the sums of float64 values rounded to float32 are the reference).
     tol = dict(atol=n * 2e-7 * x.abs().max().item(), rtol=1e-5)

@@ -36,10 +36,11 @@ pub fn set_sums_as_dots(on: bool) {
     SUMS_AS_DOTS.store(on, Ordering::Relaxed);
 }
 
-/// Rows of at least this many elements (and at most ROW_SUM_DOT_MAX) are summed by a product.
+/// Rows of ROW_SUM_DOT_MIN to ROW_SUM_DOT_MAX elements are summed by one product; longer ones
+/// in pieces of a length that divides them (the pieces' sums summed again), which keeps the
+/// error of a long sum near that of XLA's tree of windows.
 const ROW_SUM_DOT_MIN: i64 = 64;
-/// Longer rows keep XLA's tree of windows, whose error grows more slowly than a product's.
-const ROW_SUM_DOT_MAX: i64 = 1 << 14;
+const ROW_SUM_DOT_MAX: i64 = 1024;
 
 /// The sum of float32 `v` over its last dims `dims` as [rows, n] x ones[n], where enabled.
 fn row_sum_as_dot(cx: &mut Cx, v: Value, dims: &[i64]) -> Option<Value> {
@@ -51,17 +52,25 @@ fn row_sum_as_dot(cx: &mut Cx, v: Value, dims: &[i64]) -> Option<Value> {
     if dims.iter().enumerate().any(|(i, &d)| d != rank - dims.len() as i64 + i as i64) {
         return None; // not the trailing dims
     }
-    let kept = &shape[..shape.len() - dims.len()];
+    let kept = shape[..shape.len() - dims.len()].to_vec();
     let n: i64 = shape[kept.len()..].iter().product();
-    if !(ROW_SUM_DOT_MIN..=ROW_SUM_DOT_MAX).contains(&n) {
+    let piece = if n > ROW_SUM_DOT_MAX {
+        (ROW_SUM_DOT_MIN..=ROW_SUM_DOT_MAX).rev().find(|p| n % p == 0)?
+    } else if n >= ROW_SUM_DOT_MIN {
+        n
+    } else {
         return None;
-    }
-    let rows: i64 = kept.iter().product();
-    let m = cx.reshape(v, &[rows, n]);
-    let ones = cx.splat_f64(1.0, &TensorType::new(ElemType::F32, &[n]));
+    };
+    let rows: i64 = kept.iter().product::<i64>() * (n / piece);
+    let m = cx.reshape(v, &[rows, piece]);
+    let ones = cx.splat_f64(1.0, &TensorType::new(ElemType::F32, &[piece]));
     cx.set_precision(Some(stablehlo::Precision::Highest));
     let s = cx.dot_general(m, ones, &[], &[], &[1], &[0], ElemType::F32);
-    Some(cx.reshape(s, kept))
+    if piece == n {
+        return Some(cx.reshape(s, &kept));
+    }
+    let partial = cx.reshape(s, &[kept.as_slice(), &[n / piece]].concat());
+    Some(reduce(cx, partial, &[kept.len() as i64], Red::Sum))
 }
 
 /// The identity of `red` for `elem`.
