@@ -315,6 +315,31 @@ def test_copies_into_new_tensors_hold_a_bucket(tmp_path):
     assert got["misses"] <= 45
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_fills_of_new_storage_hold_its_own_size(tmp_path, strict):
+    # Optimizer state (zeros_like: zero_ on new storage) and initializers (normal_ on empty)
+    # for more shapes than the families compile exactly: each storage's buffer is its own size,
+    # not its bucket's (a bucket would hold up to twice the memory for the tensor's life).
+    got = run("""
+        sizes, kept = [], []
+        for n in range(300, 300 + 7 * 12, 7):
+            p = torch.randn(n, 128, device="tpu")
+            torch.tpu.synchronize()
+            m0 = torch.tpu.memory_allocated()
+            z = torch.zeros_like(p, memory_format=torch.preserve_format)
+            w = torch.empty(n, 128, device="tpu").normal_()
+            torch.tpu.synchronize()
+            sizes.append([torch.tpu.memory_allocated() - m0, 2 * p.numel() * 4])
+            kept += [p, z, w]  # alive, so that no free shows in the next size's count
+            same(z, torch.zeros(n, 128), f"zeros {n}")
+            if not (w.cpu().std() - 1).abs() < 0.1:
+                bad.append(f"normal {n}")
+        print(json.dumps({"bad": bad, "sizes": sizes}))
+    """, tmp_path, strict=strict)
+    assert got["bad"] == []
+    assert all(used == exact for used, exact in got["sizes"]), got["sizes"]
+
+
 @pytest.mark.parametrize("mode", ["strict", "fused"])
 def test_a_chain_of_promoted_shapes_settles_together(tmp_path, mode):
     # A promoted shape's own program stores its result as the bucketed program did (flat, at

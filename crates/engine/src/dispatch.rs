@@ -655,6 +655,23 @@ fn lookup_bucketed(
     if !buckets::servable(args, base_dtype, &info.write_args) {
         return Ok(None);
     }
+    // Filling storage not written yet from nothing as large as itself (zeros_like's zero_, an
+    // initializer's normal_ on empty) runs exactly: a bucketed fill would give the storage a
+    // buffer of its bucket for life (optimizer state, parameters: up to twice the memory, and
+    // every later fused step slicing the values out and updating them back in). A copy into
+    // a new tensor keeps its bucket (a cache grown by copies compiles per bucket).
+    let numel = |t: &TtTensor| t.sizes().iter().product::<i64>();
+    let fills_new_storage = |i: &usize| {
+        let Some(a) = args.get(*i).filter(|a| a.kind == TT_TENSOR) else { return false };
+        let t = a.tensor();
+        // SAFETY: the call's arguments keep their cells alive.
+        let unwritten = unsafe { &*(t.cell as *const Cell) }.get(held).is_none();
+        let others: i64 = args.iter().enumerate().filter(|(j, b)| j != i && b.kind == TT_TENSOR).map(|(_, b)| numel(b.tensor())).sum();
+        unwritten && others < numel(t)
+    };
+    if info.write_args.iter().any(fills_new_storage) {
+        return Ok(None);
+    }
     // The family: the op, its arguments' kinds, dtypes, ranks and non-tensor values.
     let mut family = vec![BUCKET_PROGRAM, key[0]];
     for a in args {
