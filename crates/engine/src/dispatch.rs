@@ -659,7 +659,8 @@ fn lookup_bucketed(
     // initializer's normal_ on empty) runs exactly: a bucketed fill would give the storage a
     // buffer of its bucket for life (optimizer state, parameters: up to twice the memory, and
     // every later fused step slicing the values out and updating them back in). A copy into
-    // a new tensor keeps its bucket (a cache grown by copies compiles per bucket).
+    // a new tensor keeps its bucket (a cache grown by copies compiles per bucket), and so does
+    // every write in a `bucketed_programs()` scope (a server's step buffers, new at each size).
     let numel = |t: &TtTensor| t.sizes().iter().product::<i64>();
     let fills_new_storage = |i: &usize| {
         let Some(a) = args.get(*i).filter(|a| a.kind == TT_TENSOR) else { return false };
@@ -669,7 +670,7 @@ fn lookup_bucketed(
         let others: i64 = args.iter().enumerate().filter(|(j, b)| j != i && b.kind == TT_TENSOR).map(|(_, b)| numel(b.tensor())).sum();
         unwritten && others < numel(t)
     };
-    if info.write_args.iter().any(fills_new_storage) {
+    if !buckets::scoped() && info.write_args.iter().any(fills_new_storage) {
         return Ok(None);
     }
     // The family: the op, its arguments' kinds, dtypes, ranks and non-tensor values.
