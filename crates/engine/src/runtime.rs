@@ -19,6 +19,9 @@ pub struct Runtime {
 pub struct Config {
     pub plugin_path: String,
     pub options: Vec<(String, pjrt::NamedValue)>,
+    /// The handler of `torchtpu.host_matmul` custom calls (PyTorch's CPU matmul), registered
+    /// with the CPU plugin: its programs then take their float32 products from it.
+    pub host_matmul: Option<pjrt::xla_ffi::Handler>,
 }
 
 /// Where compile time went (torch.tpu.compile_stats()): XLA's compiles, the persistent cache's
@@ -104,6 +107,17 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     // XLA:CPU cannot compile chlo.ragged_dot (grouped matmuls); the GPU and TPU compilers can.
     lowerings::set_ragged_dot(client.platform_name() != "cpu");
     lowerings::set_sums_as_dots(client.platform_name() == "cpu");
+    // XLA:CPU's own products (Eigen's and XNNPACK's) trail PyTorch's MKL/OpenBLAS kernel by up
+    // to 1.9x on some shapes; a plugin without the FFI extension keeps them.
+    // TORCHTPU_HOST_MATMUL=0 keeps them (to compare).
+    let wanted = std::env::var("TORCHTPU_HOST_MATMUL").map_or(true, |v| v != "0");
+    let host_matmul = match cfg.host_matmul {
+        Some(handler) if wanted && client.platform_name() == "cpu" => {
+            plugin.register_ffi_handler(lowerings::HOST_MATMUL_TARGET, "cpu", handler).is_ok()
+        }
+        _ => false,
+    };
+    lowerings::set_host_matmul(host_matmul);
     // With several devices, portable executables let one compiled op serve all of them; with
     // one, executables compiled for it take the plugin's usual (non-portable) execute path.
     let compile_options = if devices.len() == 1 {

@@ -1,7 +1,7 @@
 //! Plugin loading, clients and devices.
 
 use crate::call;
-use crate::error::{c_str, code, Error, Result};
+use crate::error::{c_str, code, take_error, Error, Result};
 use crate::ffi;
 use std::ffi::c_char;
 use std::path::{Path, PathBuf};
@@ -135,6 +135,34 @@ impl Plugin {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Registers `handler` as the typed XLA FFI custom-call target `target` for `platform`
+    /// (as XLA names it: "cpu", "cuda"), through the plugin's FFI extension. UNIMPLEMENTED
+    /// where the plugin has none, or is older than PJRT API 0.81 (another args layout).
+    pub fn register_ffi_handler(&self, target: &str, platform: &str, handler: crate::xla_ffi::Handler) -> Result<()> {
+        // SAFETY: the extension chain lives as long as the plugin, which is never unloaded.
+        let known_layout = self.api_version().1 >= ffi::FFI_REGISTER_MIN_MINOR;
+        let ext = match known_layout {
+            true => (unsafe { ffi::find_extension(self.api, ffi::EXTENSION_TYPE_FFI) }) as *const ffi::PJRT_FFI_Extension,
+            false => std::ptr::null(),
+        };
+        let register = (!ext.is_null())
+            .then(|| unsafe { ((*ext).base.struct_size >= std::mem::size_of::<ffi::PJRT_FFI_Extension>()).then_some((*ext).register_handler) })
+            .flatten()
+            .flatten()
+            .ok_or_else(|| Error::new(code::UNIMPLEMENTED, format!("{} has no FFI extension this crate speaks", self.path.display())))?;
+        let mut a = ffi::PJRT_FFI_Register_Handler_Args {
+            struct_size: std::mem::size_of::<ffi::PJRT_FFI_Register_Handler_Args>(),
+            target_name: target.as_ptr() as *const c_char,
+            target_name_size: target.len(),
+            handler: handler as *mut std::ffi::c_void,
+            platform_name: platform.as_ptr() as *const c_char,
+            platform_name_size: platform.len(),
+            traits: 0,
+        };
+        // SAFETY: the args outlive the call; the plugin copies the names.
+        unsafe { take_error(self.api, register(&mut a)) }
     }
 
     /// Plugin attributes such as `xla_version` or `stablehlo_current_version`;

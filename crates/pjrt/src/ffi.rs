@@ -383,6 +383,55 @@ args_struct!(PJRT_Buffer_UnsafePointer_Args {
     buffer_pointer: usize,
 });
 
+// ------------------------------------------------------------------- extensions
+
+/// `PJRT_Extension_Base`'s fields: each extension struct starts with them.
+#[repr(C)]
+pub struct ExtensionHeader {
+    pub struct_size: usize,
+    pub kind: i32,
+    pub next: *const ExtensionHeader,
+}
+
+/// `PJRT_Extension_Type_FFI`.
+pub const EXTENSION_TYPE_FFI: i32 = 5;
+/// The first PJRT API minor version whose FFI registration args we know (see below).
+pub const FFI_REGISTER_MIN_MINOR: i32 = 81;
+
+/// The plugin's extension of type `kind`, or null.
+///
+/// # Safety
+/// `api` must be a plugin's table, whose extension chain lives as long as the plugin.
+pub unsafe fn find_extension(api: &Api, kind: i32) -> *const ExtensionHeader {
+    let mut ext = api.extension_start as *const ExtensionHeader;
+    while !ext.is_null() && (*ext).kind != kind {
+        ext = (*ext).next;
+    }
+    ext
+}
+
+#[repr(C)]
+pub struct PJRT_FFI_Extension {
+    pub base: ExtensionHeader,
+    pub type_id_register: Unused,
+    pub user_data_add: Unused,
+    pub register_handler: F<PJRT_FFI_Register_Handler_Args>,
+}
+
+/// As plugins of PJRT API 0.81 and later read it (seen in their code; earlier headers had an
+/// `api_version` int before `handler`). Unlike the other args structs, no `extension_start`.
+#[repr(C)]
+pub struct PJRT_FFI_Register_Handler_Args {
+    pub struct_size: usize,
+    pub target_name: *const c_char,
+    pub target_name_size: usize,
+    /// A typed XLA FFI handler (`XLA_FFI_Handler*`).
+    pub handler: *mut c_void,
+    pub platform_name: *const c_char,
+    pub platform_name_size: usize,
+    pub traits: u32,
+}
+
 // --------------------------------------------------------------- function table
 
 #[repr(C)]

@@ -34,6 +34,7 @@ mod buffer;
 mod client;
 pub mod error;
 mod executable;
+pub mod xla_ffi;
 
 pub use buffer::{dense_size_in_bytes, Buffer, ElementType, Event, HostBufferSemantics};
 pub use client::{Client, Device, MemoryStats, NamedValue, Plugin};

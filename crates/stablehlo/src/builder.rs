@@ -38,6 +38,8 @@ pub struct Builder {
     module_name: String,
     /// Functions printed after @main (private; what `call` calls), by name.
     functions: Vec<(String, String)>,
+    /// What each `transpose` result was made from: (operand, permutation).
+    pub(crate) transposes: std::collections::HashMap<Value, (Value, Vec<i64>)>,
 }
 
 /// `precision_config` for dot_general and convolution. XLA on GPU may use
@@ -78,6 +80,7 @@ impl Builder {
             precision: None,
             module_name: "m".to_string(),
             functions: Vec::new(),
+            transposes: std::collections::HashMap::new(),
         }
     }
 
@@ -111,6 +114,12 @@ impl Builder {
         let v = self.new_value(ty, name, 0);
         self.params.push(v);
         v
+    }
+
+    /// `(operand, permutation)` when `v` is a `transpose` result: a consumer that can read the
+    /// operand in its own layout (a product of a transposed matrix) need not move its data.
+    pub fn transpose_of(&self, v: Value) -> Option<(Value, &[i64])> {
+        self.transposes.get(&v).map(|(src, perm)| (*src, &perm[..]))
     }
 
     pub fn ty(&self, v: Value) -> &TensorType {

@@ -76,7 +76,9 @@ impl Builder {
         }
         let dims: Vec<i64> = perm.iter().map(|&p| t.dims[p as usize]).collect();
         let attrs = format!("permutation = {}", i64_array(perm));
-        self.emit1("stablehlo.transpose", &[v], &[], &attrs, TensorType::new(t.elem, &dims))
+        let out = self.emit1("stablehlo.transpose", &[v], &[], &attrs, TensorType::new(t.elem, &dims));
+        self.transposes.insert(out, (v, perm.to_vec()));
+        out
     }
 
     /// Static slice; result dim = ceil((limit - start) / stride).

@@ -1,6 +1,7 @@
 //! torchtpu._C: the Rust side of the extension. Its register_device registers the C++ shim's
 //! kernels with PyTorch's dispatcher (tt_register_device, csrc/register.cpp).
 mod ffi;
+mod host_matmul;
 mod schemas;
 
 use pyo3::prelude::*;
@@ -39,7 +40,8 @@ fn configure(plugin_path: String, options: Option<Vec<(String, OptionValue)>>) {
             (k, v)
         })
         .collect();
-    engine::runtime::configure(engine::runtime::Config { plugin_path, options });
+    let host_matmul = Some(host_matmul::handler as pjrt::xla_ffi::Handler);
+    engine::runtime::configure(engine::runtime::Config { plugin_path, options, host_matmul });
 }
 
 #[pyfunction]

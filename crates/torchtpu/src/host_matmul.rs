@@ -1,0 +1,42 @@
+//! The CPU plugin's matrix products as calls into PyTorch's CPU kernel: the handler of the
+//! `torchtpu.host_matmul` custom call (lowerings: blocks/contract.rs) that the engine registers
+//! with XLA:CPU. Its attributes give the product's shape: `batch` products of [m, k] @ [k, n],
+//! `trans_a` / `trans_b` where an operand is stored transposed.
+use pjrt::xla_ffi::{CallFrame, DTYPE_F32};
+use std::ffi::{c_char, c_void, CStr};
+
+extern "C" {
+    fn tt_host_gemm(batch: i64, m: i64, n: i64, k: i64, trans_a: bool, trans_b: bool, a: *const f32, b: *const f32, c: *mut f32) -> *const c_char;
+}
+
+/// The handler XLA calls (see pjrt::xla_ffi::Handler).
+pub unsafe extern "C" fn handler(frame: *mut CallFrame) -> *mut c_void {
+    let frame = &mut *frame;
+    if !frame.should_execute() {
+        return std::ptr::null_mut();
+    }
+    match run(frame) {
+        Ok(()) => std::ptr::null_mut(),
+        Err(message) => frame.error(&format!("torchtpu.host_matmul: {message}")),
+    }
+}
+
+fn run(frame: &CallFrame) -> Result<(), String> {
+    let attr = |name: &str| frame.attr_i64(name).ok_or_else(|| format!("no integer attribute {name}"));
+    let (batch, m, n, k) = (attr("batch")?, attr("m")?, attr("n")?, attr("k")?);
+    let (trans_a, trans_b) = (attr("trans_a")? != 0, attr("trans_b")? != 0);
+    let (args, results) = (frame.args().unwrap_or_default(), frame.results().unwrap_or_default());
+    let [a, b] = args[..] else { return Err(format!("{} operands, expected 2", args.len())) };
+    let [c] = results[..] else { return Err(format!("{} results, expected 1", results.len())) };
+    let sized = [(a, batch * m * k), (b, batch * k * n), (c, batch * m * n)];
+    if sized.iter().any(|(buf, elements)| buf.dtype != DTYPE_F32 || buf.elements() != *elements) {
+        return Err(format!("arrays {:?}, {:?} -> {:?} are not float32 products of {batch}x[{m},{k}]@[{k},{n}]", a.dims(), b.dims(), c.dims()));
+    }
+    // SAFETY: the three arrays hold the element counts just checked, and the result does not
+    // alias an operand (XLA gives a custom call's result its own buffer).
+    let error = unsafe { tt_host_gemm(batch, m, n, k, trans_a, trans_b, a.data as *const f32, b.data as *const f32, c.data as *mut f32) };
+    match error.is_null() {
+        true => Ok(()),
+        false => Err(unsafe { CStr::from_ptr(error) }.to_string_lossy().into_owned()),
+    }
+}
