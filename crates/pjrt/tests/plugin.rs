@@ -447,3 +447,50 @@ fn suite_passes_with_newer_plugin() {
     );
     eprintln!("{newer}: {}", stdout.lines().filter(|l| l.starts_with("test result")).collect::<String>());
 }
+
+/// A typed FFI handler: out = in * the `factor` attribute, or an error where `factor` is 0.
+unsafe extern "C" fn scale(frame: *mut pjrt::xla_ffi::CallFrame) -> *mut std::ffi::c_void {
+    let frame = &mut *frame;
+    if !frame.should_execute() {
+        return std::ptr::null_mut();
+    }
+    let factor = frame.attr_i64("factor").unwrap_or(0);
+    let (args, results) = (frame.args().unwrap(), frame.results().unwrap());
+    if factor == 0 || args[0].dtype != pjrt::xla_ffi::DTYPE_F32 || args[0].dims() != results[0].dims() {
+        return frame.error("scale: factor 0");
+    }
+    let n = args[0].elements() as usize;
+    let (x, y) = (args[0].data as *const f32, results[0].data as *mut f32);
+    for i in 0..n {
+        *y.add(i) = *x.add(i) * factor as f32;
+    }
+    std::ptr::null_mut()
+}
+
+fn scale_program(factor: i64) -> String {
+    format!(
+        "func.func @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {{
+           %0 = \"stablehlo.custom_call\"(%a) {{call_target_name = \"pjrt_test.scale\", api_version = 4 : i32, \
+                backend_config = {{factor = {factor} : i64}}}} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+           return %0 : tensor<2x3xf32>
+         }}"
+    )
+}
+
+#[test]
+fn ffi_custom_call_runs_the_registered_handler() {
+    let Some(client) = client() else { return };
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    REGISTER.call_once(|| client.plugin().register_ffi_handler("pjrt_test.scale", "cpu", scale).unwrap());
+    let dev = &client.addressable_devices()[0];
+    let a = client
+        .buffer_from_host(&f32_bytes(&[1., 2., 3., 4., 5., 6.]), ElementType::F32, &[2, 3], None, dev)
+        .unwrap();
+    let exe = client.compile(&scale_program(3), &opts()).unwrap();
+    let out = exe.execute(&[&a], dev).unwrap();
+    assert_eq!(read_f32(&out[0]), [3., 6., 9., 12., 15., 18.]);
+    // The handler's error is the execution's, with its message.
+    let exe = client.compile(&scale_program(0), &opts()).unwrap();
+    let err = exe.execute(&[&a], dev).and_then(|out| out[0].ready()).unwrap_err();
+    assert!(err.message.contains("scale: factor 0"), "{err:?}");
+}
