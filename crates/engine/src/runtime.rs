@@ -107,9 +107,9 @@ fn init(cfg: &Config) -> Result<Runtime, pjrt::Error> {
     // XLA:CPU cannot compile chlo.ragged_dot (grouped matmuls); the GPU and TPU compilers can.
     lowerings::set_ragged_dot(client.platform_name() != "cpu");
     lowerings::set_sums_as_dots(client.platform_name() == "cpu");
-    // XLA:CPU's own products (Eigen's and XNNPACK's) trail PyTorch's MKL/OpenBLAS kernel by up
-    // to 1.9x on some shapes; a plugin without the FFI extension keeps them.
-    // TORCHTPU_HOST_MATMUL=0 keeps them (to compare).
+    // XLA:CPU's own products (Eigen's and XNNPACK's) trailed PyTorch's MKL kernel by up to 1.9x
+    // on transposed operands. A plugin without the FFI extension, and TORCHTPU_HOST_MATMUL=0
+    // (to compare), keep them.
     let wanted = std::env::var("TORCHTPU_HOST_MATMUL").map_or(true, |v| v != "0");
     let host_matmul = match cfg.host_matmul {
         Some(handler) if wanted && client.platform_name() == "cpu" => {

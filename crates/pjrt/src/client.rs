@@ -141,17 +141,16 @@ impl Plugin {
     /// (as XLA names it: "cpu", "cuda"), through the plugin's FFI extension. UNIMPLEMENTED
     /// where the plugin has none, or is older than PJRT API 0.81 (another args layout).
     pub fn register_ffi_handler(&self, target: &str, platform: &str, handler: crate::xla_ffi::Handler) -> Result<()> {
+        let unsupported = || Error::new(code::UNIMPLEMENTED, format!("{} has no FFI extension this crate speaks", self.path.display()));
+        if self.api_version().1 < ffi::FFI_REGISTER_MIN_MINOR {
+            return Err(unsupported());
+        }
         // SAFETY: the extension chain lives as long as the plugin, which is never unloaded.
-        let known_layout = self.api_version().1 >= ffi::FFI_REGISTER_MIN_MINOR;
-        let ext = match known_layout {
-            true => (unsafe { ffi::find_extension(self.api, ffi::EXTENSION_TYPE_FFI) }) as *const ffi::PJRT_FFI_Extension,
-            false => std::ptr::null(),
-        };
-        let register = (!ext.is_null())
-            .then(|| unsafe { ((*ext).base.struct_size >= std::mem::size_of::<ffi::PJRT_FFI_Extension>()).then_some((*ext).register_handler) })
-            .flatten()
-            .flatten()
-            .ok_or_else(|| Error::new(code::UNIMPLEMENTED, format!("{} has no FFI extension this crate speaks", self.path.display())))?;
+        let ext = unsafe { ffi::find_extension(self.api, ffi::EXTENSION_TYPE_FFI).cast::<ffi::PJRT_FFI_Extension>().as_ref() };
+        let register = ext
+            .filter(|e| e.base.struct_size >= std::mem::size_of::<ffi::PJRT_FFI_Extension>())
+            .and_then(|e| e.register_handler)
+            .ok_or_else(unsupported)?;
         let mut a = ffi::PJRT_FFI_Register_Handler_Args {
             struct_size: std::mem::size_of::<ffi::PJRT_FFI_Register_Handler_Args>(),
             target_name: target.as_ptr() as *const c_char,
