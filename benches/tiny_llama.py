@@ -2,10 +2,12 @@
 measured in the same run (the FACTS.md configuration: vocab 1000, hidden 128, 2 layers,
 4 heads, 2 kv heads, batch 4 x 128, AdamW).
 
-    python benches/tiny_llama.py [--steps 24] [--inductor] [--cores 1]
+    python benches/tiny_llama.py [--steps 24] [--inductor] [--cores 1] [--rounds 1]
 
 Every run gets the same cores: the process is pinned to `--cores` cores (XLA's thread pool
-included) and torch uses as many threads.
+included) and torch uses as many threads. On a shared machine, `--rounds 5` times the two
+compiled runs (inductor's and torchtpu's) five times each, alternating, and reports each one's
+median with the range.
 """
 import argparse
 import math
@@ -122,6 +124,7 @@ def main():
     p.add_argument("--inductor", action="store_true", help="also time torch.compile(inductor) on CPU (slow to compile)")
     p.add_argument("--cores", type=int, default=1, help="cores the process may use (torch threads and XLA's)")
     p.add_argument("--show-steps", action="store_true", help="print every step's time (ms) per run")
+    p.add_argument("--rounds", type=int, default=1, help="time the compiled runs this many times each, alternating (medians)")
     p.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:a.cores])
@@ -132,18 +135,34 @@ def main():
         print(f"{times[0]:.3f} {torch.tpu.compile_stats()['disk_hits']}")
         return
     rows = [("torch CPU eager", *run("cpu", a.steps))]
-    if a.inductor:
-        rows.append(("torch CPU inductor", *run("cpu", a.steps, "inductor")))
     torch.tpu.set_fused_eager(False)
     rows.append(("torchtpu strict eager", *run("tpu", a.steps)))
     torch.tpu.set_fused_eager(True)  # the default
     rows.append(("torchtpu fused eager", *run("tpu", a.steps)))
-    rows.append(("torchtpu compiled", *run("tpu", a.steps, "tpu")))
+    compiled = [("torch CPU inductor", "cpu", "inductor")] if a.inductor else []
+    compiled.append(("torchtpu compiled", "tpu", "tpu"))
+    timed = {name: [] for name, _, _ in compiled}
+    for _ in range(a.rounds):
+        for name, device, backend in compiled:
+            timed[name].append(run(device, a.steps, backend))
+    spread = {}
+    for name, _, _ in compiled:
+        # The median speed; the first run's losses, step times (its first step compiled) and gradients.
+        speeds = sorted(r[1] for r in timed[name])
+        losses, _, times, grads = timed[name][0]
+        rows.append((name, losses, speeds[len(speeds) // 2], times, grads))
+        spread[name] = (speeds[0], speeds[-1])
     base = rows[0][2]
     print(f"platform: {torch.tpu.get_device_name()}; steps: {a.steps}; cores: {a.cores}")
     print(f"{'run':<22}{'tok/s':>10}{'vs CPU':>9}{'first step s':>14}{'final loss':>12}")
     for name, losses, tok_s, times, _ in rows:
         print(f"{name:<22}{tok_s:>10.0f}{tok_s / base:>8.2f}x{times[0]:>14.2f}{losses[-1]:>12.4f}")
+    if a.rounds > 1:
+        for name, (lo, hi) in spread.items():
+            print(f"{name}: median of {a.rounds} runs; range {lo:.0f} to {hi:.0f} tok/s")
+        if a.inductor:
+            inductor, ours = (next(r[2] for r in rows if r[0] == n) for n in timed)
+            print(f"torchtpu compiled against inductor (medians): {ours / inductor:.2f}x")
     if a.show_steps:
         for name, _, _, times, _ in rows:
             print(f"{name} (ms per step): " + " ".join(f"{t * 1e3:.0f}" for t in times))

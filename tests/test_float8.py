@@ -162,21 +162,22 @@ def emulated(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=Non
 # On hosts with AMX, PyTorch's CPU _scaled_mm hands calls to oneDNN, which differs from its
 # portable kernel (other messages, checks and dtypes, an uninitialized output when k is 0). The
 # references here are the portable kernel's, the same on every host.
+# The flags() context, not an assignment: importing torch.testing._internal.common_utils (the
+# conformance tests do) freezes the global flags, and assigning one then raises.
 @pytest.fixture(autouse=True)
-def _portable_cpu_kernels(monkeypatch):
-    monkeypatch.setattr(torch.backends.mkldnn, "enabled", False)
+def _portable_cpu_kernels():
+    with torch.backends.mkldnn.flags(enabled=False):
+        yield
 
 
 def _cpu_has_rowwise():
     a = torch.ones(2, 2).to(E4M3)
-    enabled, torch.backends.mkldnn.enabled = torch.backends.mkldnn.enabled, False
-    try:
-        torch._scaled_mm(a, a.t(), torch.ones(2, 1), torch.ones(1, 2), out_dtype=torch.float32)
-        return True
-    except RuntimeError:
-        return False
-    finally:
-        torch.backends.mkldnn.enabled = enabled
+    with torch.backends.mkldnn.flags(enabled=False):
+        try:
+            torch._scaled_mm(a, a.t(), torch.ones(2, 1), torch.ones(1, 2), out_dtype=torch.float32)
+            return True
+        except RuntimeError:
+            return False
 
 
 # torch 2.11's CPU _scaled_mm is tensor-wise only, with older messages (its CUDA kernel has

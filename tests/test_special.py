@@ -373,20 +373,23 @@ def test_polynomial_scalars_promotion_views_out():
     x = make((4, 6), low=-1.2, high=1.2)
     n = make((4, 6), low=0.0, high=12.0)
     ni = make((6,), torch.int64, low=-2, high=12)
+    # torch's CPU kernel rounds the float32 recurrences differently by host CPU (1.8e-6 relative
+    # against ours on an AMD EPYC): test_polynomial's tolerance.
+    tol = dict(atol=1e-5, rtol=2e-5)
     for fn in POLYS.values():
         # Python numbers on either side (the x_scalar and n_scalar overloads)
-        check(lambda t: fn(t, 3), x)
-        check(lambda t: fn(t, 9.7), x)
-        check(lambda t: fn(0.25, t), n)
-        check(lambda t: fn(-1, t), ni)
+        check(lambda t: fn(t, 3), x, **tol)
+        check(lambda t: fn(t, 9.7), x, **tol)
+        check(lambda t: fn(0.25, t), n, **tol)
+        check(lambda t: fn(-1, t), ni, **tol)
         # promotion: int n with float x, a float64 0-d n (no promotion), float64 x, int x
-        check(fn, x, ni)
-        check(fn, x, torch.tensor(7.0, dtype=torch.float64))
+        check(fn, x, ni, **tol)
+        check(fn, x, torch.tensor(7.0, dtype=torch.float64), **tol)
         check(fn, x.double(), n)
-        check(fn, ni, n)
+        check(fn, ni, n, **tol)
         # broadcasting and non-contiguous views
-        check(lambda a, b: fn(a.t()[1::2], b[:4]), x, ni)
-        check(lambda a, b: fn(a[:1].expand(4, 6), b.t().t()), x, n)
+        check(lambda a, b: fn(a.t()[1::2], b[:4]), x, ni, **tol)
+        check(lambda a, b: fn(a[:1].expand(4, 6), b.t().t()), x, n, **tol)
         # out=, including an out of another float dtype
         for out_dtype in (torch.float32, torch.float64):
             oc, od = torch.empty(4, 6, dtype=out_dtype), torch.empty(4, 6, dtype=out_dtype, device=TPU)
