@@ -299,9 +299,10 @@ FAMILIES = {
                        dict(DETR, decoder_layers=2, num_feature_levels=3,
                             backbone_config=dict(RESNET, out_features=["stage2", "stage3", "stage4"]))),
     # RT-DETR's query selection is a top-k over nearly equal scores at random init: larger
-    # weights spread them beyond float32 rounding.
+    # weights spread them beyond float32 rounding. Its decoder's output then varies with the
+    # host's float32 rounding: 1.6e-4 from torch CPU's on an AMD EPYC host (within 1e-4 on Intel's).
     "RTDetr": ("RTDetr", "RTDetrForObjectDetection", lambda: dict(pixel_values=_pixels(96)),
-               dict(small=False, post=_jitter(0.3), encoder_in_channels=[32, 32, 64], encoder_hidden_dim=32,
+               dict(small=False, post=_jitter(0.3), tol=5e-4, encoder_in_channels=[32, 32, 64], encoder_hidden_dim=32,
                     encoder_ffn_dim=64, d_model=32, decoder_ffn_dim=64, decoder_layers=1, num_queries=5,
                     num_feature_levels=3, decoder_in_channels=[32, 32, 32], eval_size=None,
                     backbone_config=dict(RESNET, model_type="rt_detr_resnet",
@@ -454,7 +455,7 @@ FAMILIES = {
     "Autoformer": ("Autoformer", "AutoformerForPrediction", _series, dict(TS, moving_average=3, label_length=4)),
 }
 
-OPTIONS = ("causal", "small", "ctor", "post")
+OPTIONS = ("causal", "small", "ctor", "post", "tol")
 
 
 def build(name):
@@ -506,7 +507,8 @@ def test_family_matches_cpu(name):
     assert ref and got.keys() == ref.keys()
     for k, r in ref.items():
         assert got[k].device.type == "tpu", k
-        torch.testing.assert_close(got[k].cpu(), r, atol=1e-4, rtol=1e-4, msg=lambda m: f"{k}: {m}")
+        tol = FAMILIES[name][3].get("tol", 1e-4)
+        torch.testing.assert_close(got[k].cpu(), r, atol=tol, rtol=tol, msg=lambda m: f"{k}: {m}")
     if FAMILIES[name][3].get("causal"):
         with torch.no_grad():
             ref_gen = greedy(model, x, 8)

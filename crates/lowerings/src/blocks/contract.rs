@@ -62,20 +62,25 @@ fn matrix_layout(dims: &[i64], batch: &[i64], contracting: &[i64]) -> Option<(i6
     Some((free, k, free_first))
 }
 
-/// `v` as the product reads it: through a transpose to its operand when that makes the
-/// matrices' layout one `matrix_layout` takes (the transpose then need not be materialized).
+/// `v` as the product reads it: through transposes (a chain of them composed) to the first
+/// operand whose layout `matrix_layout` takes, the earliest tried first (no transpose then need
+/// be materialized for the product).
 fn as_stored(cx: &Cx, v: Value, batch: &[i64], contracting: &[i64]) -> Option<(Value, i64, i64, bool)> {
-    let direct = || matrix_layout(cx.dims(v).as_slice(), batch, contracting).map(|(f, k, ff)| (v, f, k, ff));
-    let Some((src, perm)) = cx.b.transpose_of(v) else { return direct() };
-    let through = |ds: &[i64]| -> Vec<i64> { ds.iter().map(|&d| perm[d as usize]).collect() };
-    let (sb, sc) = (through(batch), through(contracting));
-    // The free dims must keep their order through the transpose (their flattening is the result's).
-    let free_v: Vec<i64> = (0..perm.len() as i64).filter(|d| !batch.contains(d) && !contracting.contains(d)).collect();
-    let in_order = through(&free_v).windows(2).all(|w| w[0] < w[1]);
-    match (in_order, matrix_layout(cx.dims(src).as_slice(), &sb, &sc)) {
-        (true, Some((f, k, ff))) => Some((src, f, k, ff)),
-        _ => direct(),
+    let rank = cx.dims(v).len() as i64;
+    let free: Vec<i64> = (0..rank).filter(|d| !batch.contains(d) && !contracting.contains(d)).collect();
+    // Each candidate: a value and, for each of v's dims, the dim of that value it is.
+    let mut chain = vec![(v, (0..rank).collect::<Vec<i64>>())];
+    while let Some((src, perm)) = cx.b.transpose_of(chain.last().unwrap().0) {
+        let through: Vec<i64> = chain.last().unwrap().1.iter().map(|&d| perm[d as usize]).collect();
+        chain.push((src, through));
     }
+    chain.iter().rev().find_map(|(src, at)| {
+        let map = |ds: &[i64]| -> Vec<i64> { ds.iter().map(|&d| at[d as usize]).collect() };
+        // The free dims must keep their order (their flattening is the result's).
+        let in_order = map(&free).windows(2).all(|w| w[0] < w[1]);
+        let (f, k, free_first) = matrix_layout(cx.dims(*src).as_slice(), &map(batch), &map(contracting))?;
+        in_order.then_some((*src, f, k, free_first))
+    })
 }
 
 /// `a` x `b` as one `HOST_MATMUL_TARGET` call, where both hold plain matrices (see
