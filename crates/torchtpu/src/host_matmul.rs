@@ -6,7 +6,17 @@ use pjrt::xla_ffi::{CallFrame, DTYPE_F32};
 use std::ffi::{c_char, c_void, CStr};
 
 extern "C" {
-    fn tt_host_gemm(batch: i64, m: i64, n: i64, k: i64, trans_a: bool, trans_b: bool, a: *const f32, b: *const f32, c: *mut f32) -> *const c_char;
+    fn tt_host_matmul(rank: i64, a: *const f32, a_layout: *const i64, b: *const f32, b_layout: *const i64, c: *mut f32, c_layout: *const i64) -> *const c_char;
+}
+
+/// The sizes then strides of `batch` [rows, cols] matrices stored row-major, or as their
+/// transposes when `trans` (one matrix: rank 2, for torch's mm).
+fn layout(batch: i64, rows: i64, cols: i64, trans: bool) -> Vec<i64> {
+    let (row_stride, col_stride) = if trans { (1, rows) } else { (cols, 1) };
+    match batch {
+        1 => vec![rows, cols, row_stride, col_stride],
+        _ => vec![batch, rows, cols, rows * cols, row_stride, col_stride],
+    }
 }
 
 /// The handler XLA calls (see pjrt::xla_ffi::Handler).
@@ -34,7 +44,11 @@ fn run(frame: &CallFrame) -> Result<(), String> {
     }
     // SAFETY: the three arrays hold the element counts just checked, and the result does not
     // alias an operand (XLA gives a custom call's result its own buffer).
-    let error = unsafe { tt_host_gemm(batch, m, n, k, trans_a, trans_b, a.data as *const f32, b.data as *const f32, c.data as *mut f32) };
+    let (la, lb, lc) = (layout(batch, m, k, trans_a), layout(batch, k, n, trans_b), layout(batch, m, n, false));
+    let rank = la.len() as i64 / 2;
+    let error = unsafe {
+        tt_host_matmul(rank, a.data as *const f32, la.as_ptr(), b.data as *const f32, lb.as_ptr(), c.data as *mut f32, lc.as_ptr())
+    };
     match error.is_null() {
         true => Ok(()),
         false => Err(unsafe { CStr::from_ptr(error) }.to_string_lossy().into_owned()),

@@ -39,6 +39,11 @@ pub fn set_host_matmul(on: bool) {
 /// [96, 96] @ [96, 96] took 104 us as a call, 74 us as XLA's loop; even at [128, 128]).
 const HOST_MATMUL_MIN: i64 = 1 << 21;
 
+/// The dims of a rank-`rank` operand that are neither batch nor contracted, in order.
+fn free_dims(rank: i64, batch: &[i64], contracting: &[i64]) -> Vec<i64> {
+    (0..rank).filter(|d| !batch.contains(d) && !contracting.contains(d)).collect()
+}
+
 /// How an operand holds its matrices: leading batch dims, then its free and contracted dims,
 /// each group consecutive (a row-major [batch, rows, cols] matrix or its transpose).
 /// `free_first`: the free dims come first. None for any other arrangement.
@@ -67,7 +72,7 @@ fn matrix_layout(dims: &[i64], batch: &[i64], contracting: &[i64]) -> Option<(i6
 /// be materialized for the product).
 fn as_stored(cx: &Cx, v: Value, batch: &[i64], contracting: &[i64]) -> Option<(Value, i64, i64, bool)> {
     let rank = cx.dims(v).len() as i64;
-    let free: Vec<i64> = (0..rank).filter(|d| !batch.contains(d) && !contracting.contains(d)).collect();
+    let free = free_dims(rank, batch, contracting);
     // Each candidate: a value and, for each of v's dims, the dim of that value it is.
     let mut chain = vec![(v, (0..rank).collect::<Vec<i64>>())];
     while let Some((src, perm)) = cx.b.transpose_of(chain.last().unwrap().0) {
@@ -93,13 +98,13 @@ fn host_matmul(cx: &mut Cx, a: Value, b: Value, batch: (&[i64], &[i64]), contrac
     if k != kb || count * m * n * k < HOST_MATMUL_MIN || count * m * n == 0 {
         return None;
     }
+    // dot_general's result dims: the batch dims, a's free dims, b's free dims.
     let b_dims = cx.dims(b);
-    let mut out: Vec<i64> = batch.0.iter().map(|&d| a_dims[d as usize]).collect();
-    let free = |dims: &[i64], used: (&[i64], &[i64])| -> Vec<i64> {
-        (0..dims.len() as i64).filter(|d| !used.0.contains(d) && !used.1.contains(d)).map(|d| dims[d as usize]).collect()
-    };
-    out.extend(free(&a_dims, (batch.0, contracting.0)));
-    out.extend(free(&b_dims, (batch.1, contracting.1)));
+    let a_free = free_dims(a_dims.len() as i64, batch.0, contracting.0);
+    let b_free = free_dims(b_dims.len() as i64, batch.1, contracting.1);
+    let out: Vec<i64> = batch.0.iter().chain(&a_free).map(|&d| a_dims[d as usize])
+        .chain(b_free.iter().map(|&d| b_dims[d as usize]))
+        .collect();
     let attrs = format!(
         "call_target_name = \"{HOST_MATMUL_TARGET}\", api_version = 4 : i32, backend_config = {{batch = {count} : i64, \
          k = {k} : i64, m = {m} : i64, n = {n} : i64, trans_a = {} : i64, trans_b = {} : i64}}",
