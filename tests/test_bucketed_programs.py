@@ -238,6 +238,22 @@ def test_a_growing_kv_cache_stops_compiling(tmp_path):
     assert sum(1 for n in late if n) <= 12 and sum(late) <= 40 and got["misses"][-8:] == [0] * 8, got["misses"]
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["fused", "strict"])
+def test_a_result_in_another_bucket_than_the_last_gets_its_own_program(tmp_path, strict):
+    # cat of [13, k] and [13, 1]: the inputs of k = 7 and k = 8 share their buckets ([16, 8],
+    # [16, 1]), their results do not ([16, 8], [16, 16]). A Hugging Face generation's position
+    # ids grow this way; one program served both, and the last column came out as zeros.
+    got = run("""
+        base, col = torch.randint(0, 9, (13, 12)), torch.randint(0, 9, (13, 1))
+        d, c = base.to("tpu"), col.to("tpu")
+        for k in (5, 6, 7, 8, 3, 12, 7, 8):
+            a, b = d[:, :k] * 1, c + 1
+            same(torch.cat([a, b], -1), torch.cat([base[:, :k], col + 1], -1), f"cat {k}")
+        print(json.dumps({"bad": bad}))
+    """, tmp_path, strict=strict)
+    assert got["bad"] == []
+
+
 def test_attention_over_padded_heads_and_keys(tmp_path):
     # Head counts whose buckets lose the query/key-value ratio (12 and 4 pad to 16 and 4), head
     # sizes that pad (20 -> 32), masks, causal attention and an explicit scale.

@@ -697,7 +697,11 @@ fn lookup_bucketed(
     };
     let mut geometry = Vec::new();
     buckets::input_geometry(args, &mut geometry);
+    // Each result's padded dims shape the program, and its capacity the buffer it fills: a cat
+    // of inputs in the same buckets can have results in different ones.
     for d in &dims {
+        layout.push(d.len() as u64);
+        layout.extend(buckets::padded(d).iter().map(|&n| n as u64));
         layout.push(buckets::capacity(d) as u64);
         geometry.extend_from_slice(d);
     }
