@@ -1,6 +1,7 @@
 // The tpu random generator: (seed, offset); the engine derives each op's random key from both.
 // Also the device's default generators, and the seed/state entry points Rust calls.
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/GeneratorImpl.h>
 
 #include <mutex>
@@ -29,8 +30,10 @@ struct TpuGenerator final : c10::GeneratorImpl {
     seed_ = p[0];
     offset_ = p[1];
   }
+  // Allocated on the host directly, not through the dispatcher: under a Python mode (a
+  // FakeTensorMode tracing for torch.compile or export) at::empty gives a tensor without data.
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
-    auto t = at::empty({16}, at::kByte);
+    auto t = at::detail::empty_cpu({16}, at::kByte, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
     auto* p = static_cast<uint64_t*>(t.data_ptr());
     p[0] = seed_;
     p[1] = offset_;

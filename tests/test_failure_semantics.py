@@ -73,6 +73,23 @@ def test_accelerator_host_allocator_calls_do_not_crash():
     assert out.stdout.split() == ["True", "40.0"]
 
 
+def test_generator_state_under_fake_tensor_mode_does_not_crash():
+    # torch.compile and export trace generators under FakeTensorMode, where a state tensor made
+    # through the dispatcher has no data; writing the state into it killed the process.
+    out = _run("""
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        g = torch.Generator(device="tpu")
+        g.manual_seed(7)
+        with FakeTensorMode():
+            state = g.get_state()
+        plain = g.get_state()
+        print(type(state).__name__, state.dtype, state.device, bool(torch.equal(state, plain)))
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["Tensor", "torch.uint8", "cpu", "True"]
+
+
 def test_child_forked_after_start_gets_cudas_error():
     out = _run("""
         import os, torch

@@ -12,6 +12,7 @@ use crate::error::{not_computed, Error};
 use crate::lock::{EngineLock, Held};
 use crate::runtime::{runtime, Tiering};
 use crate::buckets;
+use crate::overlap;
 use crate::values::{element_type, mix, scalar_bytes};
 use crate::view::{self, Geometry};
 use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Lowering, Out, Rank, Tensor, TorchError};
@@ -615,6 +616,8 @@ fn lookup(
         }
         return Ok(looked);
     }
+    // A key fixes the written views' geometry and which cells they share: checked once per key.
+    overlap::check(&info.base, args, &info.write_args)?;
     if matches!(sizing, Sizing::None) && bucketed_here(info) {
         if let Some(looked) = lookup_bucketed(engine, held, key, info, f, specialize, args, scan)? {
             return Ok(looked);

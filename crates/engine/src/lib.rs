@@ -6,13 +6,14 @@
 //!
 //! ```text
 //! 5  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
-//! 4  dispatch   running one aten call; the engine lock         uses fused, compile_pool, checks, cell, lock, view, buckets, runtime, values, error, abi
+//! 4  dispatch   running one aten call; the engine lock         uses fused, compile_pool, checks, cell, lock, view, buckets, overlap, runtime, values, error, abi
 //! 3  fused      fused eager mode: recorded graphs, run fused   uses compile_pool, checks, cell, runtime, error
 //! 2  checks     data-dependent checks (host, device)           uses cell, runtime, values, error, abi
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error
 //!    compile_pool  compiling on worker threads                 uses error
+//!    overlap    writes that alias themselves or their inputs  uses error
 //! 0  error, values, lock, address, view, buckets, disk_cache: import nothing of the engine (abi is a crate)
 //! ```
 //!
@@ -29,6 +30,7 @@ pub mod fused;
 pub mod host;
 pub mod lock;
 pub mod memory;
+pub mod overlap;
 pub mod runtime;
 pub mod buckets;
 pub mod values;

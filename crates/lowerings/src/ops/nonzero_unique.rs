@@ -25,13 +25,23 @@ pub(crate) const OPS: &[Op] = &[
 
 // ---- data-dependent sizes -------------------------------------------------------------------------
 
+/// nonzero's out= must be int64, whatever it could be cast to.
+fn check_nonzero_out(args: &Args) -> Result<()> {
+    if let Ok(out) = args.tensor("out") {
+        check!(out.dtype == DType::I64, Runtime, "nonzero: Expected out tensor to have scalar type Long but got scalar type{}", out.dtype.torch_name());
+    }
+    Ok(())
+}
+
 fn nonzero_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    check_nonzero_out(args)?;
     let x = args.tensor("self")?;
     let b = cx.cast(x.v, DType::Bool);
     one(count_all(cx, b))
 }
 
 fn nonzero(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    check_nonzero_out(args)?;
     let x = args.tensor("self")?;
     let rows = size(args)?;
     let b = cx.cast(x.v, DType::Bool);

@@ -1,4 +1,4 @@
-//! Shape ops that move data (the pure views are metadata in the C++ shim): cat, _chunk_cat,
+//! Shape ops that move data (the pure views are metadata in the C++ shim): cat, _stack, _chunk_cat,
 //! narrow_copy, flip, roll, tril/triu (and tril/triu_indices), unfold_backward, repeat,
 //! repeat_interleave, channel_shuffle, constant_pad_nd, slice_scatter and select_scatter.
 use crate::args::Args;
@@ -11,6 +11,9 @@ use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("cat", cat).bucketed(),
+    // Routed: PyTorch's composite _stack.out concatenates without the new dim (its CPU kernel
+    // stacks).
+    op("_stack", stack).routed(&["_stack", "_stack.out"]),
     op("narrow_copy", narrow_copy),
     // Routed: its composites (FSDP2's gradient packing) pad and copy one tensor at a time, and
     // read past a 0-d input's sizes.
@@ -86,6 +89,28 @@ fn cat(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         .filter(|(_, s)| !skip(s) && s[dim] > 0)
         .map(|(t, _)| cx.cast(t.v, dtype))
         .collect();
+    one(cx.concatenate(&parts, dim as i64))
+}
+
+fn stack(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let ts = args.tensors("tensors")?;
+    check!(!ts.is_empty(), Runtime, "stack expects a non-empty TensorList");
+    let first = cx.dims(ts[0].v);
+    for (i, t) in ts.iter().enumerate() {
+        let s = cx.dims(t.v);
+        check!(s == first, Runtime, "stack expects each tensor to be equal size, but got {:?} at entry 0 and {:?} at entry {}", first, s, i);
+    }
+    let dim = wrap_dim(args.int_or("dim", 0)?, first.len() + 1)?;
+    let dtype = ts.iter().map(|t| t.dtype).reduce(promote).unwrap();
+    if let Ok(out) = args.tensor("out") {
+        check!(can_cast(dtype, out.dtype), Runtime, "result type {} can't be cast to the desired output type {}", dtype.torch_name(), out.dtype.torch_name());
+    }
+    let mut dims = first.clone();
+    dims.insert(dim, 1);
+    let parts: Vec<Value> = ts.iter().map(|t| {
+        let v = cx.cast(t.v, dtype);
+        cx.reshape(v, &dims)
+    }).collect();
     one(cx.concatenate(&parts, dim as i64))
 }
 
