@@ -67,6 +67,8 @@ extern "C" void tt_register_device() {
     add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_aten);
     add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_composite_checks);
     add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_composite_checks);
+    add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_host_reads);
+    add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_host_reads);
   });
 }
 

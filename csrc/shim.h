@@ -30,6 +30,7 @@ void impl_routed_ops(torch::Library& m);                  // fallback.cpp
 void impl_autocast_fallthrough(torch::Library& m);        // autocast.cpp
 void impl_autocast(torch::Library& m);                    // autocast.cpp
 void impl_composite_checks(torch::Library& m);            // composite_checks.cpp
+void impl_host_reads(torch::Library& m);                  // host_reads.cpp
 
 // guard.cpp: the current device of this thread (constinit: read without a TLS init wrapper).
 extern thread_local constinit c10::DeviceIndex current_device;

@@ -90,6 +90,22 @@ def test_generator_state_under_fake_tensor_mode_does_not_crash():
     assert out.stdout.split() == ["Tensor", "torch.uint8", "cpu", "True"]
 
 
+def test_a_composite_that_reads_a_shape_tensor_does_not_crash():
+    # PyTorch's _reshape_from_tensor reads its shape tensor's elements on the host.
+    out = _run("""
+        import torch
+        x = torch.arange(24.0, device="tpu")
+        y = torch._reshape_from_tensor(x, torch.tensor([4, 6], device="tpu"))
+        print(tuple(y.shape), bool(torch.equal(y.cpu(), torch.arange(24.0).reshape(4, 6))))
+        try:
+            torch._reshape_from_tensor(x, torch.tensor([4.0, 6.0], device="tpu"))
+        except RuntimeError as e:
+            print(str(e).replace(" ", "_"))
+    """)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["(4,", "6)", "True", "expected_scalar_type_Long_but_found_Float"]
+
+
 def test_child_forked_after_start_gets_cudas_error():
     out = _run("""
         import os, torch
