@@ -335,3 +335,29 @@ def test_compiled_flex_attention_in_blocks_matches_cpu_flex_attention(monkeypatc
         torch.testing.assert_close(got.cpu(), want, atol=tol, rtol=tol)
         torch.testing.assert_close(lse.cpu(), want_lse, atol=tol, rtol=tol)
         assert got[:, :, :3].cpu().eq(0).all() and lse[:, :, :3].cpu().eq(float("-inf")).all()
+
+
+@pytest.mark.parametrize("how", ["_compile", "inductor"])
+def test_block_masks_compiled_by_inductor_run_torchtpus_compiler(how):
+    # create_block_mask(..., _compile=True), which transformers' flex masks call, is
+    # torch.compile with inductor over a graph that takes only sizes and makes its tensors on
+    # the device it is given; torch 2.14's inductor has a code generator of its own for a device
+    # named "tpu" (Pallas, which imports JAX). Graphs that touch tpu go to torchtpu's backend.
+    import torch._dynamo
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def sliding(b, h, q, k):
+        return (q >= k) & (q - k < 100)
+
+    torch._dynamo.reset()
+    want = create_block_mask(sliding, 1, 2, 384, 256, device="cpu")
+    graphs = len(torch.tpu.compile_stats()["graphs"])
+    if how == "_compile":
+        with pytest.warns(DeprecationWarning):
+            got = create_block_mask(sliding, 1, 2, 384, 256, device=TPU, _compile=True)
+    else:
+        got = torch.compile(create_block_mask, backend="inductor")(sliding, 1, 2, 384, 256, device=TPU)
+    for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices", "q_num_blocks", "q_indices"):
+        g, w = getattr(got, name), getattr(want, name)
+        assert g.device.type == "tpu" and torch.equal(g.cpu(), w), name
+    assert len(torch.tpu.compile_stats()["graphs"]) > graphs  # compiled by torchtpu, JAX or not

@@ -116,6 +116,26 @@ def test_causal_lm_compiled_logits_and_static_cache_generation(name):
         assert "cumulative_length" in (graphs[-1]["last_recompile"] or "") or len(graphs) <= 3, graphs
 
 
+@pytest.mark.parametrize("name", ["Llama", "Qwen2"])
+def test_causal_lm_with_flex_attention_matches_sdpa_on_cpu(name):
+    # attn_implementation="flex_attention": transformers compiles its block masks with inductor
+    # (create_block_mask(..., _compile=True)) and refuses flex attention on an accelerator named
+    # "tpu" unless torchtpu tells it that this one runs it.
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(4))
+    ref = causal_lm(name).train()
+    torch.manual_seed(0)
+    flex = transformers.AutoModelForCausalLM.from_config(small_config(name), attn_implementation="flex_attention")
+    flex.load_state_dict(ref.state_dict())
+    dev = flex.train().to(TPU)
+    assert dev.config._attn_implementation == "flex_attention"
+    want, got = ref(ids, labels=ids), dev(ids.to(TPU), labels=ids.to(TPU))
+    close(got.logits.detach(), want.logits.detach())
+    want.loss.backward()
+    got.loss.backward()
+    for (n, p), q in zip(ref.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, atol=2e-5, rtol=1e-4, msg=n)
+
+
 def _ids(shape, seed):
     return torch.randint(3, 128, shape, generator=torch.Generator().manual_seed(seed))
 

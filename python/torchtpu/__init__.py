@@ -56,6 +56,9 @@ _distributed.register()  # the c10d backend "tccl" for device "tpu"
 from . import _accelerate  # noqa: E402
 
 _accelerate.install()  # accelerate and transformers.Trainer pick "tpu" by themselves
+from . import _transformers  # noqa: E402
+
+_transformers.install()  # transformers' flex attention on tpu
 
 __version__ = "0.1.0"
 

@@ -1100,16 +1100,33 @@ def _compiled_or_eager(gm, example_inputs, kind, frame):
     return call
 
 
+def _touches_tpu(gm, inputs):
+    """Whether a graph reads, makes or returns a tensor on tpu: its inputs, the values its
+    nodes were traced with, or a factory's device argument (create_block_mask's graph takes
+    only sizes and makes its tensors on the device it is given)."""
+    if any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs):
+        return True
+    for node in getattr(getattr(gm, "graph", None), "nodes", ()):
+        traced = node.meta.get("example_value", node.meta.get("val"))
+        if any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in torch.utils._pytree.tree_leaves(traced)):
+            return True
+        device = node.kwargs.get("device")
+        if isinstance(device, (str, torch.device)) and torch.device(device).type == "tpu":
+            return True
+    return False
+
+
 def install_as_default_for_tpu():
-    """`torch.compile(model)` without a backend means inductor, which has no code generator
-    for tpu: graphs whose inputs live on tpu go to this backend instead."""
+    """`torch.compile(model)` without a backend, or with backend="inductor", means inductor,
+    whose code generator for a device named "tpu" (torch 2.14's Pallas, which imports JAX) is
+    not this one: graphs that touch tpu go to this backend instead."""
     wrapper = torch._TorchCompileInductorWrapper
     if getattr(wrapper.__call__, "_torchtpu", False):
         return
     inductor = wrapper.__call__
 
     def __call__(self, model_, inputs_):
-        if any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in inputs_):
+        if _touches_tpu(model_, inputs_):
             return backend(model_, inputs_)
         return inductor(self, model_, inputs_)
 
