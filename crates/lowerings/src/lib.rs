@@ -114,6 +114,7 @@ const FAMILIES: &[&[Op]] = &[
     ops::special::math::OPS,
     ops::special::ndtr::OPS,
     ops::special::polynomials::OPS,
+    ops::sync_batch_norm::OPS,
     ops::transformer_fastpath::OPS,
     ops::views::OPS,
 ];

@@ -29,5 +29,6 @@ pub(crate) mod shape_ops;
 pub(crate) mod softmax;
 pub(crate) mod spatial;
 pub(crate) mod special;
+pub(crate) mod sync_batch_norm;
 pub(crate) mod transformer_fastpath;
 pub(crate) mod views;
