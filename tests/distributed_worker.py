@@ -345,6 +345,37 @@ def check_ddp():
         close(p, q.detach().cpu(), "DDP parameters vs one process", tol=1e-5)
 
 
+def check_sync_batch_norm():
+    # nn.SyncBatchNorm in training: each rank normalizes its slice with the whole batch's
+    # statistics; outputs, input gradients, weight gradients (summed over ranks) and running
+    # statistics equal BatchNorm's on the whole batch in one process.
+    g = torch.Generator().manual_seed(3)
+    x, dy = torch.randn(4 * WORLD, 3, 5, generator=g), torch.randn(4 * WORLD, 3, 5, generator=g)
+    ref = nn.BatchNorm1d(3)
+    nn.init.uniform_(ref.weight, 0.5, 1.5, generator=g)
+    sync = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.BatchNorm1d(3)))[0].to(DEV)
+    sync.load_state_dict(ref.state_dict())
+    xr = x.clone().requires_grad_()
+    ref(xr).backward(dy)
+    mine = slice(RANK * 4, (RANK + 1) * 4)
+    xs = x[mine].to(DEV).requires_grad_()
+    out = sync(xs)
+    out.backward(dy[mine].to(DEV))
+    close(out, _bn_out(ref, x)[mine], "SyncBatchNorm output", tol=1e-5)
+    close(xs.grad, xr.grad[mine], "SyncBatchNorm input gradient", tol=1e-5)
+    for name in ("weight", "bias"):
+        grad = getattr(sync, name).grad.clone()
+        dist.all_reduce(grad)
+        close(grad, getattr(ref, name).grad, f"SyncBatchNorm {name} gradient", tol=1e-5)
+    close(sync.running_mean, ref.running_mean, "SyncBatchNorm running_mean", tol=1e-5)
+    close(sync.running_var, ref.running_var, "SyncBatchNorm running_var", tol=1e-5)
+
+
+def _bn_out(ref, x):
+    """BatchNorm's training output on x without touching its running statistics."""
+    return nn.functional.batch_norm(x, None, None, ref.weight.detach(), ref.bias.detach(), training=True, eps=ref.eps)
+
+
 def check_ddp_unused_parameters():
     from torch.nn.parallel import DistributedDataParallel as DDP
 

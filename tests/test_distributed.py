@@ -18,7 +18,7 @@ CHECKS = [
     "all_reduce", "premul_sum", "async_and_zero_d", "broadcast", "all_gather", "reduce_scatter",
     "reduce_gather_scatter", "all_to_all",
     "send_recv_and_barrier", "objects", "subgroup", "gloo_subgroup", "staging_reuse", "in_place_device_memory", "functional", "mismatched_sizes_raise",
-    "ddp", "ddp_unused_parameters", "fsdp2", "fsdp2_mixed_precision_uneven", "dtensor_and_tp",
+    "ddp", "ddp_unused_parameters", "sync_batch_norm", "fsdp2", "fsdp2_mixed_precision_uneven", "dtensor_and_tp",
     "sequence_parallel", "checkpoint", "compiled_functional",
 ]
 

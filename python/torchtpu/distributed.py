@@ -293,7 +293,15 @@ class HostStagedBackend(_C10dBackend):
         return self._into_lists("gather", self._gloo.gather, output_lists, inputs, opts)
 
     def all_gather_single(self, output, input, opts):
-        return self._single("all_gather_into_tensor", self._gloo.all_gather_single, output, input, opts)
+        return self._single("all_gather_into_tensor", self._gather_stacked, output, input, opts)
+
+    def _gather_stacked(self, host_out, host_in, opts):
+        """NCCL takes any output holding world_size inputs' elements (SyncBatchNorm's is
+        [1, world_size * n], others stack them); gloo wants the inputs concatenated along
+        dim 0: the output is viewed so."""
+        if host_in.dim() > 0 and host_out.is_contiguous():
+            host_out = host_out.view(-1, *host_in.shape[1:])
+        return self._gloo.all_gather_single(host_out, host_in, opts)
 
     def all_gather_single_coalesced(self, outputs, inputs, opts):
         for out, inp in zip(outputs, inputs):
