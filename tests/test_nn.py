@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import FLOATS, TPU, check, check_error, check_grads, make
+from helpers import FLOATS, TPU, check, check_error, check_grads, make, tolerance
 
 A = torch.ops.aten
 
@@ -609,3 +609,52 @@ def test_batch_norm_update_stats(dtype, stat):
     check(lambda a: A.batch_norm_update_stats(a, None, None, 0.1), x)
     check_error(lambda a: A.batch_norm_update_stats(a, None, None, 0.1), make(()))
     check_error(lambda a: A.batch_norm_update_stats(a, None, None, 0.1), make((4, 3), torch.int64))
+
+
+MASKED_SOFTMAX_CASES = [
+    # (input shape, mask shape, dim, mask_type)
+    ((2, 3, 5, 5), (2, 3, 5, 5), None, None),
+    ((2, 3, 5, 5), (2, 3, 5, 5), 1, None),
+    ((2, 3, 5, 5), (5, 5), 3, 0),
+    ((2, 3, 5, 5), (5, 5), 2, 0),
+    ((2, 3, 5, 5), (2, 5), 3, 1),
+    ((2, 3, 5, 5), (2, 5), 1, 1),
+    ((2, 3, 5, 5), (2, 3, 5, 5), 3, 7),
+    ((4, 6), (4, 6), 0, None),
+    ((3, 4, 6), (3, 4, 6), -1, 2),
+    ((), (), None, None),
+    ((0, 4), (0, 4), None, None),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,mask_shape,dim,mask_type", MASKED_SOFTMAX_CASES)
+def test_masked_softmax_and_its_backward(shape, mask_shape, dim, mask_type, dtype):
+    # nn.MultiheadAttention's fast path and the transformer layers' call it; a fully masked row
+    # gives NaN as on CPU. On tpu its input is a transposed view when it has 2 dims or more (CPU's
+    # kernel reads such a view as if it were contiguous, so its reference takes a copy).
+    g = torch.Generator().manual_seed(len(shape) + (dim or 0))
+    x = torch.randn(shape, generator=g).to(dtype)
+    if len(shape) >= 2:
+        x = x.transpose(0, -1).contiguous().transpose(0, -1)
+    mask = torch.rand(mask_shape, generator=g) > 0.6
+    if len(mask_shape) >= 2 and mask_shape[0] > 0:
+        mask[0] = True  # whole rows masked
+    want = torch._masked_softmax(x.contiguous(), mask, dim, mask_type)
+    got = torch._masked_softmax(x.to(TPU), mask.to(TPU), dim, mask_type)
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True, **tolerance(dtype))
+    if shape == mask_shape:
+        dy = torch.randn(shape, generator=g).to(dtype)
+        want_g = torch.ops.aten._masked_softmax_backward(dy, want, mask, dim)
+        got_g = torch.ops.aten._masked_softmax_backward(dy.to(TPU), got, mask.to(TPU), dim)
+        torch.testing.assert_close(got_g.cpu(), want_g, equal_nan=True, **tolerance(dtype))
+
+
+@pytest.mark.parametrize("mask_shape,mask_type", [((4, 4), None), ((3, 3), 0), ((3, 5), 1), ((2, 3, 5, 1), 2), ((2, 3, 5, 5), None)])
+def test_masked_softmax_errors_match_cpu(mask_shape, mask_type):
+    x = torch.randn(2, 3, 5, 5)
+    mask = torch.zeros(mask_shape, dtype=torch.bool) if mask_shape != (2, 3, 5, 5) else torch.zeros(mask_shape)
+    e = check_error(torch._masked_softmax, x, mask, 3, mask_type)
+    with pytest.raises(type(e), match=str(e).splitlines()[0][:40].replace("(", r"\(").replace(")", r"\)")):
+        torch._masked_softmax(x, mask, 3, mask_type)
+    check_error(torch._masked_softmax, x.long(), torch.zeros(2, 3, 5, 5, dtype=torch.bool))

@@ -1,5 +1,6 @@
 //! Softmax along a dim: _softmax, _log_softmax and their backward ops _softmax_backward_data
-//! and _log_softmax_backward_data. 16-bit floats are computed in float32 and rounded once.
+//! and _log_softmax_backward_data; _masked_softmax (nn.MultiheadAttention's and the transformer
+//! fast path's) and its backward. 16-bit floats are computed in float32 and rounded once.
 use crate::args::Args;
 use crate::blocks::reduce::{along, opt_dtype, reduce, reduce_back, unreduce, Red};
 use crate::blocks::round16::is_16bit;
@@ -14,6 +15,8 @@ pub(crate) const OPS: &[Op] = &[
     op("_log_softmax", |cx, a| softmax(cx, a, true)),
     op("_softmax_backward_data", |cx, a| softmax_backward(cx, a, false)),
     op("_log_softmax_backward_data", |cx, a| softmax_backward(cx, a, true)),
+    op("_masked_softmax", masked_softmax),
+    op("_masked_softmax_backward", masked_softmax_backward),
 ];
 
 // ---- softmax --------------------------------------------------------------------------------------
@@ -101,4 +104,77 @@ fn softmax_backward(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
         cx.mul(ov, d)
     };
     one(cx.cast(r, in_dt))
+}
+
+// ---- masked softmax -------------------------------------------------------------------------------
+
+/// The mask of _masked_softmax(self, mask, dim, mask_type) broadcast to the input, with
+/// PyTorch's CPU rules: a 2-d mask of a 4-d input is an (L, L) attention mask (type 0) or a
+/// (B, L) key padding mask (type 1); every other mask has the input's shape (type 2).
+fn broadcast_mask(cx: &mut Cx, args: &Args, xd: &[i64]) -> Result<Value> {
+    let mask = args.tensor("mask")?;
+    check!(mask.dtype == DType::Bool, Runtime, "Mask should be a boolean tensor");
+    let md = cx.dims(mask.v);
+    let mask_type = if md.len() != 2 || xd.len() != 4 { Some(2) } else { args.opt_int("mask_type")? };
+    match mask_type {
+        Some(2) => {
+            check!(md == xd, Runtime, "For mask_type == 2 mask shape should match input shape");
+            Ok(mask.v)
+        }
+        Some(1) => {
+            check!(xd[0] == md[0] && xd[2] == md[1] && xd[3] == md[1], Runtime, "For mask_type == 1 mask shape should be (B, L)");
+            Ok(cx.broadcast_in_dim(mask.v, xd, &[0, 3]))
+        }
+        Some(0) => {
+            check!(xd[2] == md[0] && xd[2] == md[1] && xd[3] == md[1], Runtime, "For mask_type == 0 mask shape should be (L, L)");
+            Ok(cx.broadcast_in_dim(mask.v, xd, &[2, 3]))
+        }
+        _ => crate::bail!(Runtime, "Mask Type should be defined"),
+    }
+}
+
+/// Softmax with the mask's true elements left out (as if -inf): a row with all of them left
+/// out gives NaN, as on CPU.
+fn masked_softmax(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let x = args.tensor("self")?;
+    check!(x.dtype.is_float(), NotImplemented, "\"masked_softmax\" not implemented for '{}'", x.dtype.torch_name());
+    let xd = cx.dims(x.v);
+    let mask = broadcast_mask(cx, args, &xd)?;
+    let dim = args.opt_int("dim")?.unwrap_or(xd.len() as i64 - 1);
+    let dims = along(dim, xd.len())?;
+    let acc = x.dtype.opmath();
+    let v = cx.cast(x.v, acc);
+    let minus_inf = cx.full(f64::NEG_INFINITY, acc, &xd);
+    let v = cx.select(mask, minus_inf, v);
+    let m = reduce_back(cx, v, &dims, Red::ShiftMax);
+    let z = cx.sub(v, m);
+    let e = cx.exp(z);
+    let s = reduce_back(cx, e, &dims, Red::Sum);
+    let r = cx.div(e, s);
+    one(cx.cast(r, x.dtype))
+}
+
+/// _masked_softmax_backward(grad_output, output, mask, dim): softmax's backward with the
+/// masked elements' gradient 0.
+fn masked_softmax_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let g = args.tensor("grad_output")?;
+    let out = args.tensor("output")?;
+    let mask = args.tensor("mask")?;
+    check!(mask.dtype == DType::Bool, Runtime, "Mask should be a boolean tensor");
+    let gd = cx.dims(g.v);
+    check!(cx.dims(out.v) == gd && cx.dims(mask.v) == gd, Runtime, "_masked_softmax_backward: grad_output, output and mask must have the same shape");
+    let dim = args.opt_int("dim")?.unwrap_or(gd.len() as i64 - 1);
+    let dims = along(dim, gd.len())?;
+    let acc = g.dtype.opmath();
+    let gv = cx.cast(g.v, acc);
+    let ov = cx.cast(out.v, acc);
+    let go = cx.mul(gv, ov);
+    let s = reduce_back(cx, go, &dims, Red::Sum);
+    let d = cx.sub(gv, s);
+    let r = cx.mul(ov, d);
+    let zero = cx.full(0.0, acc, &gd);
+    let r = cx.select(mask.v, zero, r);
+    let r = cx.cast(r, g.dtype);
+    // CPU's kernel views a 0-d gradient as one element, and so returns it.
+    one(if gd.is_empty() { cx.reshape(r, &[1]) } else { r })
 }
