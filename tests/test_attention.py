@@ -361,3 +361,36 @@ def test_block_masks_compiled_by_inductor_run_torchtpus_compiler(how):
         g, w = getattr(got, name), getattr(want, name)
         assert g.device.type == "tpu" and torch.equal(g.cpu(), w), name
     assert len(torch.tpu.compile_stats()["graphs"]) > graphs  # compiled by torchtpu, JAX or not
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_entry_points_called_by_name(causal, dtype):
+    # Some libraries call CUDA's flash and memory-efficient kernels by name: on tpu they compute
+    # F.scaled_dot_product_attention's math, with gradients through PyTorch's formulas for them.
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 4, 6, 8, generator=g).to(dtype) for _ in range(3))
+    bias = torch.randn(2, 4, 6, 6, generator=g).to(dtype)
+    dy = torch.randn(2, 4, 6, 8, generator=g).to(dtype)
+    cases = {
+        "flash": (lambda q, k, v, b: torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal), None),
+        "efficient": (lambda q, k, v, b: torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, b, True, 0.0, causal), bias),
+    }
+    for name, (call, b) in cases.items():
+        qr, kr, vr = (t.detach().float().requires_grad_() for t in (q, k, v))
+        if b is None:
+            want = F.scaled_dot_product_attention(qr, kr, vr, is_causal=causal)
+        else:  # (CPU takes a bias or is_causal, not both: the causal mask joins the bias)
+            hidden = torch.ones(6, 6).triu(1).bool() if causal else torch.zeros(6, 6).bool()
+            want = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=b.float().masked_fill(hidden, float("-inf")))
+        want.backward(dy.float())
+        qt, kt, vt = (t.detach().to(TPU).requires_grad_() for t in (q, k, v))
+        out = call(qt, kt, vt, None if b is None else b.to(TPU))
+        assert out[0].dtype == dtype and out[0].shape == want.shape, name
+        assert out[1].dtype == torch.float32 and out[1].shape == (2, 4, 6), name  # the log-sum-exp
+        out[0].backward(dy.to(TPU))
+        assert_close(out[0].detach().cpu(), want.detach(), dtype)
+        for t, r in ((qt, qr), (kt, kr), (vt, vr)):
+            assert_close(t.grad.cpu(), r.grad, dtype)
+    with pytest.raises(NotImplementedError, match="dropout_p > 0"):
+        torch.ops.aten._scaled_dot_product_flash_attention(q.to(TPU), k.to(TPU), v.to(TPU), 0.5, causal)

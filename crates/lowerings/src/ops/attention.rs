@@ -1,6 +1,7 @@
 //! Fused scaled-dot-product attention: PyTorch's "overrideable" SDPA backend, which
 //! `F.scaled_dot_product_attention` picks on tpu for 4-d float32/bf16/f16 inputs without
-//! dropout (the choice is made in csrc/metadata_ops.cpp; other cases take PyTorch's math composite).
+//! dropout (the choice is made in csrc/metadata_ops.cpp; other cases take PyTorch's math composite),
+//! and CUDA's flash and memory-efficient entry points, which some libraries call by name.
 //!
 //! The forward keeps only the output and each row's log-sum-exp for backward, which
 //! recomputes the probabilities (flash attention's contract): the math decomposition would
@@ -22,9 +23,14 @@ pub(crate) const OPS: &[Op] = &[
         .specialized()
         .bucketed()
         .routed(&["_scaled_dot_product_fused_attention_overrideable"]),
-    op("_scaled_dot_product_fused_attention_overrideable_backward", backward)
+    op("_scaled_dot_product_fused_attention_overrideable_backward", |cx, a| backward(cx, a, "grad_out"))
         .specialized()
         .routed(&["_scaled_dot_product_fused_attention_overrideable_backward"]),
+    // CUDA's kernels, which some libraries call by name: the same math, the same results.
+    op("_scaled_dot_product_flash_attention", forward).specialized(),
+    op("_scaled_dot_product_flash_attention_backward", flash_backward).specialized(),
+    op("_scaled_dot_product_efficient_attention", efficient_forward).specialized(),
+    op("_scaled_dot_product_efficient_attention_backward", |cx, a| backward(cx, a, "grad_out_")).specialized(),
 ];
 
 /// Shapes and options of one attention call; heads of the query are grouped over the
@@ -52,6 +58,14 @@ fn float_arg(args: &Args, name: &str) -> Option<f64> {
     match args.get(name) {
         Some(Arg::Float(f)) => Some(f.value),
         Some(Arg::Int(i)) => Some(*i as f64),
+        _ => None,
+    }
+}
+
+/// The attention bias, of the entry points that take one (flash attention's take none).
+fn optional_bias(args: &Args) -> Option<Tensor> {
+    match args.probe("attn_bias") {
+        Some(Arg::Tensor(t)) => Some(*t),
         _ => None,
     }
 }
@@ -235,7 +249,7 @@ fn join_dim2(cx: &mut Cx, parts: &[Value]) -> Value {
 /// (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset, debug_attn_mask)
 fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (mut q, mut k, mut v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
-    let bias = args.opt_tensor("attn_bias")?;
+    let bias = optional_bias(args);
     let mut a = setup(cx, &q, &k, &v, args)?;
     let mut real_lengths = None;
     if cx.padded.is_some() {
@@ -271,6 +285,24 @@ fn forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         empty(cx, DType::I64),
         empty(cx, q.dtype),
     ])
+}
+
+/// _scaled_dot_product_efficient_attention(query, key, value, attn_bias?, compute_log_sumexp,
+/// dropout_p, is_causal, *, scale) -> (output, log_sumexp, philox_seed, philox_offset).
+fn efficient_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let mut outs = forward(cx, args)?;
+    let philox = outs.split_off(6);
+    outs.truncate(2);
+    outs.extend(philox.into_iter().take(2));
+    Ok(outs)
+}
+
+/// _scaled_dot_product_flash_attention_backward(...) -> (grad_query, grad_key, grad_value):
+/// the overrideable backward's without a bias.
+fn flash_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let mut grads = backward(cx, args, "grad_out")?;
+    grads.truncate(3);
+    Ok(grads)
 }
 
 /// Attention of one block of rows: q [B, Hk*G, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev] ->
@@ -367,15 +399,15 @@ fn sum_to(cx: &mut Cx, g: Value, shape: &[i64]) -> Value {
 /// (grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
 /// cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, *, scale) ->
 /// (grad_query, grad_key, grad_value, grad_attn_bias)
-fn backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+fn backward(cx: &mut Cx, args: &Args, grad_out: &str) -> Result<Vec<Out>> {
     let (q, k, v) = (args.tensor("query")?, args.tensor("key")?, args.tensor("value")?);
-    let bias = args.opt_tensor("attn_bias")?.filter(|b| cx.dims(b.v) != [0]);
+    let bias = optional_bias(args).filter(|b| cx.dims(b.v) != [0]);
     let a = setup(cx, &q, &k, &v, args)?;
-    let mask = match args.get("grad_input_mask") {
+    let mask = match args.probe("grad_input_mask") {
         Some(Arg::BoolList(m)) if m.len() == 4 => [m[0], m[1], m[2], m[3]],
         _ => [true, true, true, bias.is_some()],
     };
-    let go = args.tensor("grad_out")?;
+    let go = args.tensor(grad_out)?;
     let go = cx.cast(go.v, q.dtype);
     let o = args.tensor("out")?;
     let o = cx.cast(o.v, q.dtype);
