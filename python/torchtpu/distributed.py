@@ -293,9 +293,9 @@ class HostStagedBackend(_C10dBackend):
         return self._into_lists("gather", self._gloo.gather, output_lists, inputs, opts)
 
     def all_gather_single(self, output, input, opts):
-        return self._single("all_gather_into_tensor", self._gather_stacked, output, input, opts)
+        return self._single("all_gather_into_tensor", self._gather_concatenated, output, input, opts)
 
-    def _gather_stacked(self, host_out, host_in, opts):
+    def _gather_concatenated(self, host_out, host_in, opts):
         """NCCL takes any output holding world_size inputs' elements (SyncBatchNorm's is
         [1, world_size * n], others stack them); gloo wants the inputs concatenated along
         dim 0: the output is viewed so."""
