@@ -1,4 +1,4 @@
-"""A sequence of Hugging Face generations in one fresh process, as a user's session or a test
+"""A sequence of Hugging Face generations in one fresh process, as a chat or a test
 suite makes them: greedy, beam and assisted generation, then generations that continue from a
 returned KV cache, at several batch sizes and prompt lengths. Each one must give CPU's tokens
 and (but for beam search, whose cache rows of dropped beams have no set order) CPU's cache. Earlier calls leave programs behind (bucketed programs, promotions) that later
