@@ -44,7 +44,7 @@ fn along_dim(cx: &mut Cx, v: Value, dims: &[i64], dim: usize) -> Value {
     cx.broadcast_in_dim(v, dims, &[dim as i64])
 }
 
-fn scalar_float(args: &Args, name: &str, dt: DType, cx: &mut Cx) -> Result<Value> {
+pub(crate) fn scalar_float(args: &Args, name: &str, dt: DType, cx: &mut Cx) -> Result<Value> {
     let s = args.scalar(name)?;
     Ok(cx.scalar(s, dt))
 }
@@ -612,7 +612,7 @@ fn channel_stats(cx: &mut Cx, v: Value, dims: &[i64], red: &[i64], acc: DType, c
 
 /// A running statistic's new value: (1 - momentum) running + momentum stat, computed in `acc`,
 /// in the running tensor's dtype and shape.
-fn running_update(cx: &mut Cx, old: &Tensor, stat: Value, momentum: Value, acc: DType, c: i64) -> Value {
+pub(crate) fn running_update(cx: &mut Cx, old: &Tensor, stat: Value, momentum: Value, acc: DType, c: i64) -> Value {
     let m = cx.broadcast_in_dim(momentum, &[c], &[]);
     let one_ = cx.full(1.0, acc, &[c]);
     let keep = cx.sub(one_, m);

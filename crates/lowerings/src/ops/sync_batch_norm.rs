@@ -4,6 +4,7 @@
 //! dim 1; statistics are in the accumulation dtype (float32 for 16-bit inputs), as on CUDA.
 use crate::args::{Args, Tensor};
 use crate::blocks::reduce::{reduce, Red};
+use crate::ops::normalization::{running_update, scalar_float};
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -37,8 +38,7 @@ fn per_channel(cx: &mut Cx, t: &Tensor, c: i64, acc: DType, name: &str) -> Resul
 
 /// A float argument (a runtime value unless specialized) broadcast to `dims`.
 fn float_arg(cx: &mut Cx, args: &Args, name: &str, acc: DType, dims: &[i64]) -> Result<Value> {
-    let s = args.scalar(name)?;
-    let v = cx.scalar(s, acc);
+    let v = scalar_float(args, name, acc, cx)?;
     Ok(cx.broadcast_in_dim(v, dims, &[]))
 }
 
@@ -110,18 +110,12 @@ fn gather_stats_with_counts(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let one_c = cx.full(1.0, acc, &[c]);
     let total_m1 = cx.sub(total_c, one_c);
     let unbiased = cx.div(sq, total_m1);
-    let momentum = float_arg(cx, args, "momentum", acc, &[c])?;
-    let keep = cx.sub(one_c, momentum);
+    let momentum = scalar_float(args, "momentum", acc, cx)?;
     let mut res = Vec::new();
     for (name, stat) in [("running_mean", mean), ("running_var", unbiased)] {
         if let Some(old) = args.opt_tensor(name)? {
-            let o = per_channel(cx, &old, c, acc, name)?;
-            let a = cx.mul(o, keep);
-            let b = cx.mul(stat, momentum);
-            let r = cx.add(a, b);
-            let r = cx.cast(r, old.dtype);
-            let od = cx.dims(old.v);
-            res.push(Out::Tensor(cx.reshape(r, &od)));
+            check!(cx.numel(old.v) == c, Runtime, "{} should contain {} elements not {}", name, c, cx.numel(old.v));
+            res.push(Out::Tensor(running_update(cx, &old, stat, momentum, acc, c)));
         }
     }
     res.push(Out::Tensor(cx.cast(mean, means.dtype)));
