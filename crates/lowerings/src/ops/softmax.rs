@@ -98,12 +98,17 @@ fn softmax_backward(cx: &mut Cx, args: &Args, log: bool) -> Result<Vec<Out>> {
         let ps = cx.mul(p, s);
         cx.sub(gv, ps)
     } else {
-        let go = cx.mul(gv, ov);
-        let s = reduce_back(cx, go, &dims, Red::Sum);
-        let d = cx.sub(gv, s);
-        cx.mul(ov, d)
+        softmax_grad(cx, gv, ov, &dims)
     };
     one(cx.cast(r, in_dt))
+}
+
+/// Softmax's input gradient from its output's: output * (grad - sum(grad * output)).
+fn softmax_grad(cx: &mut Cx, grad: Value, output: Value, dims: &[i64]) -> Value {
+    let go = cx.mul(grad, output);
+    let s = reduce_back(cx, go, dims, Red::Sum);
+    let d = cx.sub(grad, s);
+    cx.mul(output, d)
 }
 
 // ---- masked softmax -------------------------------------------------------------------------------
@@ -168,10 +173,7 @@ fn masked_softmax_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let acc = g.dtype.opmath();
     let gv = cx.cast(g.v, acc);
     let ov = cx.cast(out.v, acc);
-    let go = cx.mul(gv, ov);
-    let s = reduce_back(cx, go, &dims, Red::Sum);
-    let d = cx.sub(gv, s);
-    let r = cx.mul(ov, d);
+    let r = softmax_grad(cx, gv, ov, &dims);
     let zero = cx.full(0.0, acc, &gd);
     let r = cx.select(mask.v, zero, r);
     let r = cx.cast(r, g.dtype);
