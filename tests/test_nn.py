@@ -307,6 +307,18 @@ def test_binary_cross_entropy(reduction, dtype):
     check_grads(lambda a: F.binary_cross_entropy(a, y.to(a.device), w.to(a.device), reduction=reduction), xs, **tol)
 
 
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_binary_cross_entropy_out_equals_the_functional_form(reduction):
+    # CPU's out= kernel reduces into an out it has resized to the unreduced shape (a 0-d out
+    # gives the first element, an empty one NaN), so the reference here is the functional form.
+    x, y = torch.sigmoid(make((5,))), torch.rand(5)
+    expected = torch.ops.aten.binary_cross_entropy(x, y, None, reduction)
+    for out in (torch.empty(0, device=TPU), torch.empty(expected.shape, device=TPU)):
+        got = torch.ops.aten.binary_cross_entropy.out(x.to(TPU), y.to(TPU), None, reduction, out=out)
+        assert got is out
+        torch.testing.assert_close(out.cpu(), expected)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_binary_cross_entropy_with_logits(reduction):
     x, y = make((4, 5)), torch.rand(4, 5)

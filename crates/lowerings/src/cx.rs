@@ -344,7 +344,30 @@ impl Cx {
         if let Some((mant, emin)) = float8_grid(dtype).filter(|_| !from.is_complex()) {
             return self.to_float8(v, dtype, mant, emin);
         }
+        if from.is_float() && matches!(dtype, DType::U8 | DType::I8 | DType::I16 | DType::U16 | DType::I32 | DType::I64) {
+            return self.float_to_int(v, dtype);
+        }
         self.b.convert(v, dtype.elem())
+    }
+
+    /// Float to integer as PyTorch's CPU kernels convert on x86: uint8 through int64 (c10's
+    /// static_cast_with_inter_type), the other narrow types through int32, keeping the low bits
+    /// (-2.5 gives uint8 254, 300.2 gives 44). Out of the intermediate's range, and NaN, give its
+    /// minimum, as x86's truncating convert does; XLA's convert would saturate instead.
+    fn float_to_int(&mut self, v: Value, dtype: DType) -> Value {
+        let wide = if matches!(dtype, DType::U8 | DType::I64) { DType::I64 } else { DType::I32 };
+        let bits = if wide == DType::I64 { 63 } else { 31 };
+        let x = self.cast(v, if self.dtype(v) == DType::F64 { DType::F64 } else { DType::F32 });
+        let (dims, float) = (self.dims(v), self.dtype(x));
+        let hi = self.full(2f64.powi(bits), float, &dims);
+        let lo = self.full(-(2f64.powi(bits)), float, &dims);
+        let below = self.b.compare(stablehlo::CmpDir::Lt, x, hi);
+        let above = self.b.compare(stablehlo::CmpDir::Ge, x, lo);
+        let in_range = self.b.and(below, above);
+        let converted = self.b.convert(x, wide.elem());
+        let min = self.full(-(2f64.powi(bits)), wide, &dims);
+        let wrapped = self.b.select(in_range, converted, min);
+        self.b.convert(wrapped, dtype.elem())
     }
 
     /// A conversion to a float8 format as c10 makes it: through float32 (as its constructors
