@@ -136,3 +136,20 @@ def test_rnn_cell_backward_matches_cpu():
     """)
     assert out.split() == ["cpu", "IndexError", "tpu", "IndexError", "matched"], out
 
+
+
+def test_host_read_set_is_for_pytorch_composites_with_int64_sizes():
+    # The set that reaches composites reading tensor elements on the host: chosen from the
+    # dispatcher's table (what serves the tpu key), with size-like tensors as int64 [1, 2].
+    from torchtpu import probe
+
+    k = [s[0] for s in probe.SETS].index(probe.HOST_READ)
+    assert probe.served_by_composite("tensor_split.tensor_indices_or_sections")
+    assert not probe.served_by_composite("add.Tensor")  # the boxed fallback, into Rust
+    assert not probe.served_by_composite("_reshape_from_tensor.default")  # a tpu kernel of ours
+    with pytest.raises(probe.Unbuildable):
+        probe.build("add.Tensor", k)
+    args, _ = probe.build("tensor_split.tensor_indices_or_sections", k)
+    assert args[0].dtype == torch.float32 and args[0].shape == (4,)
+    assert args[1].tolist() == [1, 2] and args[1].dtype == torch.int64
+

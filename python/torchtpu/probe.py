@@ -1,7 +1,8 @@
 """Call every aten op overload the dispatcher knows on "tpu" and record what happens.
 
 For each overload, arguments are built from its schema alone, in a few argument sets (float32
-2x3, 0-d, empty (0, 3), int64, bool, 4-d, and float32 with every optional argument given).
+2x3, 0-d, empty (0, 3), int64, bool, 4-d, float32 with every optional argument given, and, where
+PyTorch's composite kernel runs on tpu tensors, 1-d tensors with int64 sizes and lengths).
 Each set runs on CPU, then on "tpu" with the same values (CPU fallback off), and the pair is
 classed:
 
@@ -44,7 +45,15 @@ OUTCOMES = ["crash", "unsupported", "error-differs", "mismatch", "cpu-error-only
 # whose tensors all have one shape; "opt" reaches the code behind optional arguments.
 SETS = [("f32", "float32", (2, 3), False), ("f32-0d", "float32", (), False), ("f32-empty", "float32", (0, 3), False),
         ("i64", "int64", (2, 3), False), ("bool", "bool", (2, 3), False), ("f32-4d", "float32", (2, 2, 2, 2), False),
-        ("f32-opt", "float32", (2, 3), True)]
+        ("f32-opt", "float32", (2, 3), True), ("host-read", "float32", (4,), False)]
+
+# The "host-read" set runs only where PyTorch's own composite kernel serves the tpu key (the
+# dispatcher's table says "math kernel" or "default backend kernel"): C++ that runs on tpu
+# tensors and may read their elements on the host (accessor, data_ptr). Its tensors are 1-d,
+# and those named like sizes, lengths or offsets are int64 [1, 2], the forms such kernels read.
+HOST_READ = "host-read"
+SIZE_LIKE = re.compile(r"size|shape|length|offset|count|repeat|batch|split|sections|crow|ccol|row|col|dims")
+COMPOSITE_KERNELS = ("[math kernel]", "[default backend kernel]")
 
 # Every 10th overload of the sorted list, plus one overload of each op that crashed in a full
 # sweep: a few hundred overloads in a few minutes, the same ones on every run of one torch release.
@@ -108,6 +117,16 @@ class Unbuildable(Exception):
     pass
 
 
+def served_by_composite(name):
+    """Whether the kernel that runs this overload for tpu tensors is one of PyTorch's composites."""
+    import torch
+
+    op, ov = name.split(".")
+    table = torch._C._dispatch_dump_table("aten::" + op + ("" if ov == "default" else "." + ov))
+    line = next((ln for ln in table.splitlines() if ln.startswith("PrivateUse1:")), "")
+    return line.endswith(COMPOSITE_KERNELS)
+
+
 def _tensor(dtype, shape, gen, index=False):
     import torch
 
@@ -118,12 +137,15 @@ def _tensor(dtype, shape, gen, index=False):
     return torch.randn(shape, generator=gen, dtype=dtype)
 
 
-def _value(arg, typ, dtype, shape, gen, schema):
+def _value(arg, typ, dtype, shape, gen, schema, host_read=False):
     """A value for one argument of type string `typ` (the schema's real type, Optional stripped)."""
     import torch
 
     name = arg.name
     index = "index" in name or "indices" in name
+    if host_read and typ in ("Tensor", "List[Tensor]") and (index or SIZE_LIKE.search(name)):
+        t = torch.tensor([1, 2])
+        return t if typ == "Tensor" else [t, t.clone()]
     if typ == "Tensor":
         return _tensor(torch.int64 if index else dtype, shape, gen)
     if typ == "List[Tensor]":
@@ -171,9 +193,11 @@ def build(name, set_index):
     """(args, kwargs) on CPU for one overload and argument set; Unbuildable if a type is not handled."""
     import torch
 
-    _, dt, shape, fill = SETS[set_index]
+    set_name, dt, shape, fill = SETS[set_index]
     dtype = getattr(torch, dt)
     schema = _schema(name)
+    if set_name == HOST_READ and not served_by_composite(name):
+        raise Unbuildable("the host-read set is for overloads that PyTorch's composites serve on tpu")
     gen = torch.Generator().manual_seed(set_index)
     args, kwargs = [], {}
     by_name = False  # once an argument is left to its default, later ones go by name
@@ -195,7 +219,7 @@ def build(name, set_index):
         elif optional and not fill:
             value = None
         else:
-            value = _value(arg, inner, dtype, shape, gen, schema)
+            value = _value(arg, inner, dtype, shape, gen, schema, set_name == HOST_READ)
         if arg.kwarg_only or by_name:
             kwargs[arg.name] = value
         else:
