@@ -1,5 +1,5 @@
 """Spatial ops against PyTorch on CPU: pooling (max, average, adaptive, lp, unpooling),
-interpolation (nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area, antialiased),
+interpolation (nearest, nearest-exact, linear, bilinear, bicubic, trilinear, area, antialiased, lanczos),
 reflection/replication/circular padding, unfold/fold (im2col/col2im) and grid_sample, with
 gradients, non-contiguous (channels-last, transposed) inputs, 16-bit floats and bad input."""
 import pytest
@@ -251,12 +251,18 @@ def test_interpolate_2d(mode, kw):
 
 
 @pytest.mark.parametrize("kw", [dict(scale_factor=0.4), dict(size=(4, 23)), dict(scale_factor=1.3), dict(size=(9, 4))], ids=str)
-@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "lanczos"])
 @pytest.mark.parametrize("ac", [False, True])
 def test_interpolate_antialias(mode, kw, ac):
     x = make((2, 3, 9, 10))
-    run(lambda x: F.interpolate(x, mode=mode, antialias=True, align_corners=ac, **kw), x,
-        tol=F32_TOL, grad_tol=dict(atol=1e-4, rtol=1e-4))
+    run(lambda x: antialiased(x, mode, ac, kw), x, tol=F32_TOL, grad_tol=dict(atol=1e-4, rtol=1e-4))
+
+
+def antialiased(x, mode, ac, kw):
+    if mode == "lanczos" and ac:  # F.interpolate refuses it; the op takes it
+        size, scale = kw.get("size"), kw.get("scale_factor")
+        return torch.ops.aten._upsample_lanczos2d_aa.vec(x, size, True, None if scale is None else [scale] * 2)
+    return F.interpolate(x, mode=mode, antialias=True, align_corners=ac, **kw)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "linear", "area"])
@@ -295,15 +301,17 @@ def test_interpolate_uint8_nearest():
     run(lambda x: F.interpolate(x, size=(4, 13), mode="nearest-exact"), x, grad=False)
 
 
-@pytest.mark.parametrize("mode,antialias", [("bilinear", False), ("bicubic", False), ("bilinear", True), ("bicubic", True)])
+@pytest.mark.parametrize("mode,antialias", [("bilinear", False), ("bicubic", False), ("bilinear", True), ("bicubic", True),
+                                            ("lanczos", True)])
 @pytest.mark.parametrize("shape", [(2, 3, 9, 10), (1, 5, 13, 7)], ids=str)
 def test_interpolate_uint8(mode, antialias, shape):
     # uint8 images: int16 fixed-point weights, one saturating pass per dim, bit-exact.
     x = make(shape, torch.uint8, low=0, high=256)
     for ac in (False, True):
         for kw in (dict(scale_factor=1.7), dict(size=(5, 13)), dict(scale_factor=0.45)):
-            run(lambda x: F.interpolate(x, mode=mode, antialias=antialias, align_corners=ac, **kw), x,
-                grad=False, tol=dict(atol=0, rtol=0))
+            fn = (lambda x: antialiased(x, mode, ac, kw)) if antialias else \
+                (lambda x: F.interpolate(x, mode=mode, align_corners=ac, **kw))
+            run(fn, x, grad=False, tol=dict(atol=0, rtol=0))
 
 
 def test_upsample_modules():

@@ -1,6 +1,6 @@
 //! Interpolation: upsample_nearest1d/2d/3d (and the _exact forms), upsample_linear1d,
 //! upsample_bilinear2d, upsample_trilinear3d, upsample_bicubic2d and the antialiased
-//! _upsample_bilinear2d_aa/_upsample_bicubic2d_aa, with their backward ops.
+//! _upsample_bilinear2d_aa/_upsample_bicubic2d_aa/_upsample_lanczos2d_aa, with their backward ops.
 use crate::args::{Arg, Args};
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
@@ -8,6 +8,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check, one, Out, op, Op};
 use super::{apply_taps, apply_taps_transpose, dtype_check, is_floating, opt_float, product, zeros, Taps};
+use std::f64::consts::PI;
 use stablehlo::{ElemType, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
@@ -24,6 +25,7 @@ pub(crate) const OPS: &[Op] = &[
     op("upsample_bicubic2d", |cx, a| upsample(cx, a, 2, Mode::Cubic)).specialized(),
     op("_upsample_bilinear2d_aa", |cx, a| upsample(cx, a, 2, Mode::LinearAa)).specialized(),
     op("_upsample_bicubic2d_aa", |cx, a| upsample(cx, a, 2, Mode::CubicAa)).specialized(),
+    op("_upsample_lanczos2d_aa", |cx, a| upsample(cx, a, 2, Mode::LanczosAa)).specialized(),
     op("upsample_nearest1d_backward", |cx, a| upsample_backward(cx, a, 1, Mode::Nearest)).specialized(),
     op("upsample_nearest2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Nearest)).specialized(),
     op("upsample_nearest3d_backward", |cx, a| upsample_backward(cx, a, 3, Mode::Nearest)).specialized(),
@@ -36,6 +38,7 @@ pub(crate) const OPS: &[Op] = &[
     op("upsample_bicubic2d_backward", |cx, a| upsample_backward(cx, a, 2, Mode::Cubic)).specialized(),
     op("_upsample_bilinear2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::LinearAa)).specialized(),
     op("_upsample_bicubic2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::CubicAa)).specialized(),
+    op("_upsample_lanczos2d_aa_backward", |cx, a| upsample_backward(cx, a, 2, Mode::LanczosAa)).specialized(),
 ];
 
 // ---- upsampling -------------------------------------------------------------------------------
@@ -48,6 +51,7 @@ enum Mode {
     Cubic,
     LinearAa,
     CubicAa,
+    LanczosAa,
 }
 
 impl Mode {
@@ -197,19 +201,31 @@ fn upsample_taps(mode: Mode, fp: Fp, input: i64, out: i64, align_corners: bool, 
             }
             Taps { idx, w: Some(w) }
         }
-        Mode::LinearAa | Mode::CubicAa => aa_taps(mode == Mode::CubicAa, fp, input, out, align_corners, scale),
+        Mode::LinearAa | Mode::CubicAa | Mode::LanczosAa => aa_taps(mode, fp, input, out, align_corners, scale),
     }
 }
 
 /// Antialiased taps (PyTorch's _upsample_*_aa, after Pillow): when downsampling, the filter
 /// support widens with the scale; weights are normalized to sum to one.
-fn aa_taps(cubic: bool, fp: Fp, input: i64, out: i64, align_corners: bool, scale: Option<f64>) -> Taps {
-    let interp = if cubic { 4.0 } else { 2.0 };
+fn aa_taps(mode: Mode, fp: Fp, input: i64, out: i64, align_corners: bool, scale: Option<f64>) -> Taps {
+    let interp = match mode {
+        Mode::LinearAa => 2.0,
+        Mode::CubicAa => 4.0,
+        _ => 6.0,
+    };
     let s = area_scale(fp, input, out, align_corners, scale);
     let support = if s >= 1.0 { fp.mul(interp * 0.5, s) } else { interp * 0.5 };
     let filter = |x: f64| -> f64 {
         let x = x.abs();
-        if cubic {
+        if mode == Mode::LanczosAa {
+            // sinc(x) * sinc(x / 3) inside [-3, 3].
+            let sinc = |t: f64| if t == 0.0 { 1.0 } else { fp.div(fp.r(fp.mul(PI, t).sin()), fp.mul(PI, t)) };
+            if x < 3.0 {
+                fp.mul(sinc(x), sinc(fp.div(x, 3.0)))
+            } else {
+                0.0
+            }
+        } else if mode == Mode::CubicAa {
             let a = -0.5;
             if x < 1.0 {
                 fp.add(fp.mul(fp.mul(fp.sub(fp.mul(a + 2.0, x), a + 3.0), x), x), 1.0)
@@ -303,6 +319,7 @@ fn mode_kernel(mode: Mode, n: usize) -> String {
         Mode::Cubic => "upsample_bicubic2d".to_string(),
         Mode::LinearAa => "_upsample_bilinear2d_aa".to_string(),
         Mode::CubicAa => "_upsample_bicubic2d_aa".to_string(),
+        Mode::LanczosAa => "_upsample_lanczos2d_aa".to_string(),
     }
 }
 
@@ -355,7 +372,7 @@ fn upsample_common_check(n: usize, in_dims: &[i64], out: &[i64]) -> Result<()> {
 fn upsample_dtype_check(mode: Mode, n: usize, d: DType) -> Result<()> {
     match mode {
         // The antialiased kernels take float, double and uint8 only.
-        Mode::LinearAa | Mode::CubicAa => {
+        Mode::LinearAa | Mode::CubicAa | Mode::LanczosAa => {
             dtype_check(matches!(d, DType::F32 | DType::F64 | DType::U8), "compute_index_ranges_weights", d)
         }
         // uint8 linear and cubic resampling exists in 2-d only.
@@ -397,7 +414,7 @@ fn upsample(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<Vec<Out>> 
     let fp = Fp { single: x.dtype != DType::F64 };
     let work = if mode.weighted() { x.dtype.opmath() } else { x.dtype };
     let mut y = cx.cast(x.v, work);
-    let aa = matches!(mode, Mode::LinearAa | Mode::CubicAa);
+    let aa = matches!(mode, Mode::LinearAa | Mode::CubicAa | Mode::LanczosAa);
     for i in (0..n).rev() {
         // The antialiased kernels resample one dim at a time, skipping unchanged dims, and keep
         // the intermediate image in the input dtype.
@@ -428,8 +445,8 @@ fn upsample(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<Vec<Out>> 
 /// input index and one weight per input from there.
 fn u8_rows(mode: Mode, input: i64, out: i64, align_corners: bool, scale: Option<f64>) -> Vec<(i64, Vec<f64>)> {
     let fp = Fp { single: false };
-    if matches!(mode, Mode::LinearAa | Mode::CubicAa) {
-        let t = aa_taps(mode == Mode::CubicAa, fp, input, out, align_corners, scale);
+    if matches!(mode, Mode::LinearAa | Mode::CubicAa | Mode::LanczosAa) {
+        let t = aa_taps(mode, fp, input, out, align_corners, scale);
         let w = t.w.unwrap();
         return (0..out as usize)
             .map(|o| {
@@ -568,7 +585,7 @@ fn upsample_backward(cx: &mut Cx, args: &Args, n: usize, mode: Mode) -> Result<V
             gd[i]
         );
     }
-    if matches!(mode, Mode::LinearAa | Mode::CubicAa) {
+    if matches!(mode, Mode::LinearAa | Mode::CubicAa | Mode::LanczosAa) {
         dtype_check(matches!(g.dtype, DType::F32 | DType::F64), "compute_index_ranges_weights", g.dtype)?;
     }
     dtype_check(is_floating(g.dtype), &format!("{}_backward", mode_kernel(mode, n)), g.dtype)?;
