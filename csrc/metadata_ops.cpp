@@ -206,13 +206,22 @@ int64_t sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 void resize_for_out(at::Tensor& t, c10::IntArrayRef sizes) {
   if (t.sizes() == sizes) return;
   if (t.numel() != 0) {
-    TORCH_WARN_ONCE("An output with one or more elements was resized since it had shape ",
-                     t.sizes(), ", which does not match the required output shape ", sizes, ". This behavior is "
-                     "deprecated, and in a future PyTorch release outputs will not be resized unless they have zero "
-                     "elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
-                     "with t.resize_(0).");
+    TORCH_WARN("An output with one or more elements was resized since it had shape ",
+               t.sizes(), ", which does not match the required output shape ", sizes, ". This behavior is "
+               "deprecated, and in a future PyTorch release outputs will not be resized unless they have zero "
+               "elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero elements "
+               "with t.resize_(0).");
   }
   resize_(t, sizes, std::nullopt);
+}
+
+// torch._resize_output_ (PyTorch has it for meta tensors only): resize_for_out behind a device check.
+const at::Tensor& resize_output_(const at::Tensor& self, c10::IntArrayRef size, c10::Device device) {
+  bool same = self.device().type() == device.type() && (!device.has_index() || device.index() == self.device().index());
+  TORCH_CHECK(same, "out Tensor doesn't have the correct device set");
+  at::Tensor out = self;
+  resize_for_out(out, size);
+  return self;
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
@@ -244,6 +253,7 @@ void impl_metadata_ops(torch::Library& m) {
   m.impl("view_as_real", at::native::view_as_real);
   m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("resize_", resize_);
+  m.impl("_resize_output_", resize_output_);
   m.impl("set_.source_Storage_storage_offset", set_storage);
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Tensor", set_source_tensor);

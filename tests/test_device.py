@@ -89,6 +89,20 @@ def test_out_argument_resizes():
     torch.testing.assert_close(out.cpu(), a + b)
 
 
+def test_resize_output_as_meta_tensors_do():
+    # PyTorch has torch._resize_output_ for meta tensors only; tpu's follows it.
+    for device in ("meta", "tpu"):
+        x = torch.empty(2, device=device)
+        with pytest.raises(RuntimeError, match="out Tensor doesn't have the correct device set"):
+            torch._resize_output_(x, [3], torch.device("cpu"))
+        with pytest.warns(UserWarning, match="was resized since it had shape"):
+            assert torch._resize_output_(x, [3, 4], torch.device(device)) is x
+        assert x.shape == (3, 4)
+        e = torch.empty(0, device=device)
+        torch._resize_output_(e, [5], device)
+        assert e.shape == (5,)
+
+
 def test_errors_match_cpu():
     check_error(lambda a, b: a + b, make((2, 3)), make((3, 2)))
     check_error(lambda a: a.view(5), make((2, 3)))
