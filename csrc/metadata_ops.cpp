@@ -146,7 +146,13 @@ int32_t copy_op_id() {
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
-  TORCH_CHECK_NOT_IMPLEMENTED(!dst.is_conj() && !dst.is_neg(), "torchtpu: copying into a conjugate or negative view");
+  if (dst.is_conj() || dst.is_neg()) {
+    // Writing v through a conjugate (negative) view stores conj(v) (-v): copy the source with
+    // that bit toggled into the view with the bit cleared (the same storage and strides).
+    at::Tensor plain = dst.is_conj() ? dst.conj() : at::_neg_view(dst);
+    copy_from(dst.is_conj() ? self.conj() : at::_neg_view(self), plain, non_blocking);
+    return dst;
+  }
   if (self.is_conj() || self.is_neg()) {
     // Copy the stored values, then apply the pending conjugation / negation to the copy
     // (the Conjugate and Negative keys fall through to here, see below).

@@ -837,7 +837,7 @@ enum Built {
 }
 
 fn dtype_of(code: i8) -> Result<DType, Error> {
-    DType::from_code(code).ok_or_else(|| Error::Torch(TorchError::new(ErrorKind::NotImplemented, format!("torchtpu: dtype code {code} is not supported on tpu"))))
+    DType::from_code(code).ok_or_else(|| Error::Torch(TorchError::new(ErrorKind::NotImplemented, format!("torchtpu: {} is not supported on tpu", DType::unsupported_name(code)))))
 }
 
 struct Builder<'a> {

@@ -48,12 +48,15 @@ pub struct Args<'a> {
     pub values: &'a [Arg],
 }
 
-/// A Python number argument (Scalar): int and bool values are compiled in, floats are inputs.
+/// A Python number argument (Scalar): int, bool and complex values are compiled in, floats are
+/// inputs.
 #[derive(Copy, Clone, Debug)]
 pub enum Scalar {
     Int(i64),
     Bool(bool),
     Float(FloatArg),
+    /// Real and imaginary parts.
+    Complex(f64, f64),
 }
 
 impl Scalar {
@@ -63,15 +66,35 @@ impl Scalar {
             Scalar::Int(_) => DType::I64,
             Scalar::Bool(_) => DType::Bool,
             Scalar::Float(_) => DType::F64,
+            Scalar::Complex(..) => DType::C128,
         }
     }
 
-    /// The number as a double (c10::Scalar::to<double>).
+    /// The number as a double (c10::Scalar::to<double>; a complex number's real part, where
+    /// `to_real` has checked there is no imaginary one).
     pub fn to_f64(self) -> f64 {
         match self {
             Scalar::Int(i) => i as f64,
             Scalar::Bool(b) => b as i64 as f64,
             Scalar::Float(f) => f.value,
+            Scalar::Complex(re, _) => re,
+        }
+    }
+
+    /// The number as a value of a real dtype: PyTorch's error for a complex number with an
+    /// imaginary part (bool takes any number: nonzero is true).
+    pub fn to_real(self, dtype: DType) -> Result<Scalar> {
+        match self {
+            Scalar::Complex(re, im) if !dtype.is_complex() => {
+                crate::check!(
+                    im == 0.0 || dtype == DType::Bool,
+                    Runtime,
+                    "value cannot be converted to type {} without overflow",
+                    dtype.cpp_name()
+                );
+                Ok(if dtype == DType::Bool { Scalar::Bool(re != 0.0 || im != 0.0) } else { Scalar::Float(FloatArg { value: re, slot: None }) })
+            }
+            s => Ok(s),
         }
     }
 }
@@ -251,9 +274,7 @@ impl<'a> Args<'a> {
             Some(Arg::Int(i)) => Ok(Scalar::Int(*i)),
             Some(Arg::Bool(b)) => Ok(Scalar::Bool(*b)),
             Some(Arg::Float(f)) => Ok(Scalar::Float(*f)),
-            Some(Arg::Complex(..)) => {
-                Err(TorchError::new(ErrorKind::NotImplemented, format!("{}: complex scalars are not supported on tpu yet", self.op)))
-            }
+            Some(Arg::Complex(re, im)) => Ok(Scalar::Complex(*re, *im)),
             _ => Err(self.missing(name, "a number")),
         }
     }

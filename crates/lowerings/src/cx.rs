@@ -308,6 +308,9 @@ impl Cx {
                 }
                 None => self.b.constant_f64(f.value, elem),
             },
+            // A real dtype takes the real part (callers check with Scalar::to_real first).
+            Scalar::Complex(re, im) if dtype.is_complex() => self.b.constant_complex(re, im, elem),
+            Scalar::Complex(re, _) => self.b.constant_f64(re, elem),
         }
     }
 

@@ -50,6 +50,23 @@ impl DType {
         [U8, I8, I16, I32, I64, F16, F32, F64, C64, C128, Bool, BF16, F8E5M2, F8E4M3FN, F8E5M2FNUZ, F8E4M3FNUZ, U16, U32, U64, F8E8M0FNU]
     };
 
+    /// The torch name of a c10::ScalarType code that has no DType here, for errors.
+    pub fn unsupported_name(code: i8) -> String {
+        match code {
+            8 => "torch.complex32".into(),
+            12 => "torch.qint8".into(),
+            13 => "torch.quint8".into(),
+            14 => "torch.qint32".into(),
+            16 => "torch.quint4x2".into(),
+            17 => "torch.quint2x4".into(),
+            18..=22 => format!("torch.{}", ["bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"][(code - 18) as usize]),
+            30..=36 => format!("torch.uint{}", code - 29),
+            37..=43 => format!("torch.int{}", code - 36),
+            45 => "torch.float4_e2m1fn_x2".into(),
+            _ => format!("dtype code {code}"),
+        }
+    }
+
     pub fn from_code(code: i8) -> Option<DType> {
         use DType::*;
         Some(match code {
@@ -101,6 +118,33 @@ impl DType {
             U16 => "uint16",
             U32 => "uint32",
             U64 => "uint64",
+        }
+    }
+
+    /// The C++ type name c10's checked conversions print ("float", "int64_t", "c10::Half").
+    pub fn cpp_name(self) -> &'static str {
+        use DType::*;
+        match self {
+            U8 => "uint8_t",
+            I8 => "int8_t",
+            I16 => "int16_t",
+            I32 => "int",
+            I64 => "int64_t",
+            F16 => "c10::Half",
+            F32 => "float",
+            F64 => "double",
+            C64 => "c10::complex<float>",
+            C128 => "c10::complex<double>",
+            Bool => "bool",
+            BF16 => "c10::BFloat16",
+            F8E5M2 => "c10::Float8_e5m2",
+            F8E4M3FN => "c10::Float8_e4m3fn",
+            F8E5M2FNUZ => "c10::Float8_e5m2fnuz",
+            F8E4M3FNUZ => "c10::Float8_e4m3fnuz",
+            F8E8M0FNU => "c10::Float8_e8m0fnu",
+            U16 => "uint16_t",
+            U32 => "uint32_t",
+            U64 => "uint64_t",
         }
     }
 

@@ -141,6 +141,9 @@ fn alpha_checked(args: &Args, dt: DType) -> Result<Option<Scalar>> {
             check!(dt == DType::Bool, Runtime, "Boolean alpha only supported for Boolean results.")
         }
         Scalar::Int(_) => {}
+        Scalar::Complex(..) => {
+            check!(dt.is_complex(), Runtime, "For non-complex input tensors, argument alpha must not be a complex number.")
+        }
     }
     Ok(match alpha {
         Scalar::Int(1) | Scalar::Bool(true) => None,
@@ -528,10 +531,14 @@ fn clamp_values(cx: &mut Cx, args: &Args, lo: Option<Operand>, hi: Option<Operan
     one(out)
 }
 
+/// A clamp bound: a tensor, or a number (which PyTorch converts to double first).
 fn opt_operand(args: &Args, name: &str) -> Result<Option<Operand>> {
     match args.get(name) {
         None | Some(Arg::None) => Ok(None),
-        _ => Operand::get(args, name).map(Some),
+        _ => match Operand::get(args, name)? {
+            Operand::S(s) => Ok(Some(Operand::S(s.to_real(DType::F64)?))),
+            t => Ok(Some(t)),
+        },
     }
 }
 
@@ -590,7 +597,7 @@ fn masked_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             cx.cast(t.v, x.dtype)
         }
         _ => {
-            let s = args.scalar("value")?;
+            let s = args.scalar("value")?.to_real(x.dtype)?;
             cx.scalar(s, x.dtype)
         }
     };

@@ -69,7 +69,7 @@ fn fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             cx.cast(t.v, x.dtype)
         }
         _ => {
-            let s = args.scalar("value")?;
+            let s = args.scalar("value")?.to_real(x.dtype)?;
             cx.scalar(s, x.dtype)
         }
     };
@@ -371,7 +371,7 @@ fn normal(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
                 match s {
                     Scalar::Float(f) => check!(name != "std" || f.value >= 0.0, Runtime, "normal expects std >= 0.0, but found std {}", f.value),
                     Scalar::Int(i) => check!(name != "std" || i >= 0, Runtime, "normal expects std >= 0.0, but found std {}", i),
-                    Scalar::Bool(_) => {}
+                    Scalar::Bool(_) | Scalar::Complex(..) => {}
                 }
                 cx.scalar_like(s, acc, &dims)
             }
@@ -618,9 +618,10 @@ fn full(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             crate::Scalar::Int(_) => DType::I64,
             crate::Scalar::Bool(_) => DType::Bool,
             crate::Scalar::Float(_) => DType::F32,
+            crate::Scalar::Complex(..) => DType::C64,
         },
     };
-    one(cx.scalar_like(value, dtype, &size))
+    one(cx.scalar_like(value.to_real(dtype)?, dtype, &size))
 }
 
 fn zeros_of_size(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -640,13 +641,13 @@ fn new_zeros(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn scalar_tensor(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let s = args.scalar("s")?;
     let dtype = args.dtype("dtype")?.unwrap_or(DType::F32);
-    one(cx.scalar(s, dtype))
+    one(cx.scalar(s.to_real(dtype)?, dtype))
 }
 
 fn full_like(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dtype = args.dtype("dtype")?.unwrap_or(x.dtype);
-    let value = args.scalar("fill_value")?;
+    let value = args.scalar("fill_value")?.to_real(dtype)?;
     let dims = cx.dims(x.v);
     one(cx.scalar_like(value, dtype, &dims))
 }

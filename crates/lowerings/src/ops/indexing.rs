@@ -266,7 +266,7 @@ fn scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let value = match src {
         Some(_) => None,
         None => {
-            let s = args.scalar("value")?;
+            let s = args.scalar("value")?.to_real(x.dtype)?;
             Some(cx.scalar(s, x.dtype))
         }
     };

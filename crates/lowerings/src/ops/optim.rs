@@ -67,7 +67,7 @@ fn lerp(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let wv = match weight {
         Some(w) => cx.cast(w.v, cdt),
         None => {
-            let s = args.scalar("weight")?;
+            let s = args.scalar("weight")?.to_real(cdt)?;
             cx.scalar(s, cdt)
         }
     };
@@ -87,7 +87,7 @@ fn lerp_values(cx: &mut Cx, x: Value, end: Value, w: Value, dt: DType) -> Value 
     let big_v = cx.mul(diff, omw);
     let big_v = cx.sub(end, big_v);
     let aw = cx.abs(w);
-    let half = cx.full(0.5, cdt, &dims);
+    let half = cx.full(0.5, cx.dtype(aw), &dims);
     let small = cx.compare(CmpDir::Lt, aw, half);
     let out = cx.select(small, small_v, big_v);
     cx.cast(out, dt)

@@ -86,9 +86,7 @@ fn target(args: &Args) -> Result<Tensor> {
 fn float_param(args: &Args, name: &str, default: f64) -> Result<f64> {
     Ok(match args.opt_scalar(name)? {
         None => default,
-        Some(crate::Scalar::Float(f)) => f.value,
-        Some(crate::Scalar::Int(i)) => i as f64,
-        Some(crate::Scalar::Bool(b)) => b as i64 as f64,
+        Some(s) => s.to_real(DType::F64)?.to_f64(),
     })
 }
 

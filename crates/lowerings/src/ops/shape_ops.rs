@@ -528,7 +528,7 @@ fn constant_pad_nd(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         );
     }
     let value = match args.opt_scalar("value")? {
-        Some(s) => cx.scalar(s, x.dtype),
+        Some(s) => cx.scalar(s.to_real(x.dtype)?, x.dtype),
         None => cx.full(0.0, x.dtype, &[]),
     };
     one(cx.pad(x.v, value, &lo, &hi, &vec![0; dims.len()]))

@@ -67,12 +67,12 @@ pub(crate) fn expand_to(cx: &mut Cx, t: &Tensor, target: &[i64]) -> Result<Value
 
 /// A beta/alpha Scalar as PyTorch's kernels see it for `dtype`: integral kernels convert
 /// floats by truncation.
-fn coef(s: Scalar, dtype: DType) -> Scalar {
-    match s {
+fn coef(s: Scalar, dtype: DType) -> Result<Scalar> {
+    Ok(match s.to_real(dtype)? {
         Scalar::Float(f) if dtype.is_integral() => Scalar::Int(f.value as i64),
         Scalar::Bool(b) => Scalar::Int(b as i64),
         s => s,
-    }
+    })
 }
 
 fn is_zero(s: Scalar) -> bool {
@@ -80,6 +80,7 @@ fn is_zero(s: Scalar) -> bool {
         Scalar::Int(i) => i == 0,
         Scalar::Bool(b) => !b,
         Scalar::Float(f) => f.slot.is_none() && f.value == 0.0,
+        Scalar::Complex(re, im) => re == 0.0 && im == 0.0,
     }
 }
 
@@ -88,14 +89,15 @@ fn is_one(s: Scalar) -> bool {
         Scalar::Int(i) => i == 1,
         Scalar::Bool(b) => b,
         Scalar::Float(f) => f.slot.is_none() && f.value == 1.0,
+        Scalar::Complex(re, im) => re == 1.0 && im == 0.0,
     }
 }
 
 /// beta * bias + alpha * prod, in prod's (accumulation) dtype, then cast to `dtype`.
 /// `bias` is already expanded to prod's dims; beta == 0 ignores it entirely.
 fn combine(cx: &mut Cx, args: &Args, prod: Value, bias: Option<Value>, dtype: DType) -> Result<Value> {
-    let beta = coef(args.opt_scalar("beta")?.unwrap_or(Scalar::Int(1)), dtype);
-    let alpha = coef(args.opt_scalar("alpha")?.unwrap_or(Scalar::Int(1)), dtype);
+    let beta = coef(args.opt_scalar("beta")?.unwrap_or(Scalar::Int(1)), dtype)?;
+    let alpha = coef(args.opt_scalar("alpha")?.unwrap_or(Scalar::Int(1)), dtype)?;
     let acc = cx.dtype(prod);
     let dims = cx.dims(prod);
     let mut out = prod;

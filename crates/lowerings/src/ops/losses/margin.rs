@@ -25,10 +25,10 @@ pub(crate) const OPS: &[Op] = &[
 
 /// Checks shared by multi_margin_loss and its backward: (nframe, dim, p).
 fn multi_margin_checks(cx: &Cx, args: &Args, x: &Tensor, t: &Tensor, w: Option<Tensor>) -> Result<(i64, i64, i64)> {
-    let p = match args.scalar("p")? {
+    let p = match args.scalar("p")?.to_real(DType::I32)? {
         Scalar::Int(i) => i,
         Scalar::Bool(b) => b as i64,
-        Scalar::Float(f) => f.value.trunc() as i64,
+        s => s.to_f64().trunc() as i64,
     };
     check!(p == 1 || p == 2, Runtime, "only p == 1 and p == 2 supported");
     let xd = cx.dims(x.v);

@@ -30,14 +30,7 @@ pub(crate) const OPS: &[Op] = &[
 /// A loss kernel's norm converted to an integer dtype like c10's checked Scalar conversion
 /// (a mean over no elements is infinite and raises).
 fn int_norm(norm: f64, dt: DType) -> Result<f64> {
-    let name = match dt {
-        DType::I64 => "int64_t",
-        DType::I32 => "int",
-        DType::I16 => "int16_t",
-        DType::I8 => "int8_t",
-        _ => "uint8_t",
-    };
-    check!(norm.is_finite(), Runtime, "value cannot be converted to type {} without overflow", name);
+    check!(norm.is_finite(), Runtime, "value cannot be converted to type {} without overflow", dt.cpp_name());
     Ok(norm.trunc())
 }
 
@@ -216,9 +209,7 @@ fn robust_threshold(args: &Args, smooth_l1: bool) -> Result<f64> {
     let (name, default) = if smooth_l1 { ("beta", 1.0) } else { ("delta", 1.0) };
     let t = match args.opt_scalar(name)? {
         None => default,
-        Some(crate::Scalar::Int(i)) => i as f64,
-        Some(crate::Scalar::Bool(b)) => b as i64 as f64,
-        Some(crate::Scalar::Float(f)) => f.value,
+        Some(s) => s.to_real(DType::F64)?.to_f64(),
     };
     if smooth_l1 {
         check!(t >= 0.0, Runtime, "smooth_l1_loss does not support negative values for beta.");
