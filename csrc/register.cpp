@@ -60,6 +60,10 @@ extern "C" void tt_register_device() {
     using K = c10::DispatchKey;
     add_library(torch::Library::DEF, "torchtpu", std::nullopt, def_torchtpu_ops);
     add_library(torch::Library::IMPL, "_", K::PrivateUse1, impl_fallback);
+    add_library(torch::Library::IMPL, "_", K::SparsePrivateUse1, impl_sparse_refusal);
+    add_library(torch::Library::IMPL, "_", K::SparseCsrPrivateUse1, impl_sparse_csr_refusal);
+    add_library(torch::Library::IMPL, "_", K::QuantizedPrivateUse1, impl_quantized_refusal);
+    add_library(torch::Library::IMPL, "_", K::NestedTensorPrivateUse1, impl_nested_refusal);
     add_library(torch::Library::IMPL, "_", K::AutocastPrivateUse1, impl_autocast_fallthrough);
     add_library(torch::Library::IMPL, "aten", K::AutocastPrivateUse1, impl_autocast);
     add_library(torch::Library::IMPL, "aten", K::Conjugate, impl_copy_fallthrough);
@@ -69,6 +73,8 @@ extern "C" void tt_register_device() {
     add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_composite_checks);
     add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_host_reads);
     add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_host_reads);
+    add_library(torch::Library::IMPL, "aten", K::AutogradPrivateUse1, impl_compressed_constructor_refusal);
+    add_library(torch::Library::IMPL, "aten", K::PrivateUse1, impl_compressed_constructor_refusal);
   });
 }
 

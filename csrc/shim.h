@@ -26,6 +26,11 @@ void register_sdp_choice();                               // metadata_ops.cpp
 void impl_metadata_ops(torch::Library& m);                // metadata_ops.cpp
 void impl_copy_fallthrough(torch::Library& m);            // metadata_ops.cpp
 void impl_fallback(torch::Library& m);                    // fallback.cpp
+void impl_sparse_refusal(torch::Library& m);              // layouts.cpp
+void impl_sparse_csr_refusal(torch::Library& m);          // layouts.cpp
+void impl_quantized_refusal(torch::Library& m);           // layouts.cpp
+void impl_nested_refusal(torch::Library& m);              // layouts.cpp
+void impl_compressed_constructor_refusal(torch::Library& m);  // layouts.cpp
 void impl_routed_ops(torch::Library& m);                  // fallback.cpp
 void impl_autocast_fallthrough(torch::Library& m);        // autocast.cpp
 void impl_autocast(torch::Library& m);                    // autocast.cpp
