@@ -15,13 +15,13 @@ import subprocess
 import sys
 
 CHILD = r"""
-import sys, time, torch, torchtpu.dynamo
+import sys, time, torch, torchtpu.compile.flex_attention as flex
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 block, sparse, n, heads, train, window, doc = (int(a) for a in sys.argv[1:8])
-torchtpu.dynamo.FLEX_KV_BLOCK = block
+flex.FLEX_KV_BLOCK = block
 if not sparse:  # every key block attended
-    torchtpu.dynamo.FLEX_SPARSE_BLOCK = 1 << 40
-    torchtpu.dynamo.FLEX_ROW_GROUPS = 1
+    flex.FLEX_SPARSE_BLOCK = 1 << 40
+    flex.FLEX_ROW_GROUPS = 1
 torch.tpu.set_fused_eager(False)  # each call runs when made
 q, k, v = (torch.randn(1, heads, n, 64, device="tpu", requires_grad=bool(train)) for _ in range(3))
 docs = torch.arange(n, device="tpu") // max(doc, 1)
@@ -70,9 +70,9 @@ def main():
     p.add_argument("--window", type=int, default=512)
     p.add_argument("--doc", type=int, default=512, help="tokens per document of the document mask")
     a = p.parse_args()
-    import torchtpu.dynamo
+    import torchtpu.compile.flex_attention as flex
 
-    block = torchtpu.dynamo.FLEX_KV_BLOCK
+    block = flex.FLEX_KV_BLOCK
     print(f"flex attention, 1 x {a.heads} heads x {a.seq} tokens x 64, float32, compiled")
     print(f"{'run':<58}{'ms per call':>12}{'peak MiB':>10}")
     for window, doc in ((0, 0), (a.window, 0), (0, a.doc)):

@@ -1,4 +1,4 @@
-"""Llama-shaped ~886M-parameter training step on one NVIDIA GPU (FACTS.md: H200, bf16, AdamW,
+"""Llama-shaped ~886M-parameter training step on one NVIDIA GPU (H200, bf16, AdamW,
 batch 8 x 2048): torchtpu compiled through XLA's CUDA PJRT plugin against torch eager and
 torch.compile (inductor) on CUDA, each in its own process, in one run.
 

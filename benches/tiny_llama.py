@@ -1,5 +1,5 @@
 """Tiny Llama training step: tokens/s for torchtpu eager and compiled against torch on CPU,
-measured in the same run (the FACTS.md configuration: vocab 1000, hidden 128, 2 layers,
+measured in the same run (vocab 1000, hidden 128, 2 layers,
 4 heads, 2 kv heads, batch 4 x 128, AdamW).
 
     python benches/tiny_llama.py [--steps 24] [--inductor] [--cores 1] [--rounds 1]

@@ -237,17 +237,17 @@ def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, kv_block, sparse_b
     # where the BlockMask's lists (blocks of 2 here) list one of its blocks.
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    import torchtpu.dynamo
+    import torchtpu.compile.flex_attention as flex
 
-    monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", kv_block)
-    monkeypatch.setattr(torchtpu.dynamo, "FLEX_SPARSE_BLOCK", sparse_block)
+    monkeypatch.setattr(flex, "FLEX_KV_BLOCK", kv_block)
+    monkeypatch.setattr(flex, "FLEX_SPARSE_BLOCK", sparse_block)
     if mask_name == "document":
-        monkeypatch.setattr(torchtpu.dynamo, "FLEX_ROW_GROUPS", 3)  # 3 x 3 tiles, each a cond to compile
+        monkeypatch.setattr(flex, "FLEX_ROW_GROUPS", 3)  # 3 x 3 tiles, each a cond to compile
     torch._dynamo.reset()  # the same function compiled by an earlier case used other blocks
     found, tiled = [], []
-    row_groups, tiles = torchtpu.dynamo._flex_row_groups, torchtpu.dynamo._flex_tiles
-    monkeypatch.setattr(torchtpu.dynamo, "_flex_row_groups", lambda *a: found.append(row_groups(*a)) or found[-1])
-    monkeypatch.setattr(torchtpu.dynamo, "_flex_tiles", lambda *a: tiled.append(tiles(*a)) or tiled[-1])
+    row_groups, tiles = flex._flex_row_groups, flex._flex_tiles
+    monkeypatch.setattr(flex, "_flex_row_groups", lambda *a: found.append(row_groups(*a)) or found[-1])
+    monkeypatch.setattr(flex, "_flex_tiles", lambda *a: tiled.append(tiles(*a)) or tiled[-1])
 
     n, d, hq = 24, 8, 4
     hkv = 2 if gqa else hq
@@ -309,11 +309,11 @@ def test_compiled_flex_attention_in_blocks_matches_cpu_flex_attention(monkeypatc
     # Keys in blocks of 8 and block sparsity on blocks of 2 against PyTorch's flex attention on
     # CPU: a score_mod reading a captured bias, rows whose every key is masked (zeros, logsumexp
     # -inf), the logsumexp, bfloat16.
-    import torchtpu.dynamo
+    import torchtpu.compile.flex_attention as flex
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    monkeypatch.setattr(torchtpu.dynamo, "FLEX_KV_BLOCK", 8)
-    monkeypatch.setattr(torchtpu.dynamo, "FLEX_SPARSE_BLOCK", 2)  # rows 0-1: a group with no key
+    monkeypatch.setattr(flex, "FLEX_KV_BLOCK", 8)
+    monkeypatch.setattr(flex, "FLEX_SPARSE_BLOCK", 2)  # rows 0-1: a group with no key
     torch._dynamo.reset()
     n, d = 20, 8
     g = torch.Generator().manual_seed(0)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import torchtpu
-from torchtpu import collect_env
+from torchtpu.tools import collect_env
 
 
 def report(tmp_path, *args, **env):

@@ -53,13 +53,14 @@ def test_module_forward_backward_matches_cpu():
 @pytest.mark.parametrize("case", ["mean", "sum", "none", "weight", "ignore_index", "label_smoothing", "3d"])
 def test_compiled_cross_entropy_backward(case, dtype, monkeypatch):
     # Cross-entropy's backward (nll_loss_backward into _log_softmax_backward_data) is rewritten
-    # as one expression (dynamo._fuse_cross_entropy_backward) for 2-d inputs: loss and gradient
-    # against CPU, ignored targets, class weights, every reduction; 3-d inputs keep the ops.
-    import torchtpu.dynamo
+    # as one expression (rewrites.fuse_cross_entropy_backward) for 2-d inputs: loss and
+    # gradient against CPU, ignored targets, class weights, every reduction; 3-d inputs keep
+    # the ops.
+    import torchtpu.compile.rewrites as rewrites
 
     torch._dynamo.reset()
     left = []
-    fuse = torchtpu.dynamo._fuse_cross_entropy_backward
+    fuse = rewrites.fuse_cross_entropy_backward
 
     def spy(gm):
         gm = fuse(gm)
@@ -67,7 +68,7 @@ def test_compiled_cross_entropy_backward(case, dtype, monkeypatch):
                                                                torch.ops.aten.nll_loss2d_backward.default))
         return gm
 
-    monkeypatch.setattr(torchtpu.dynamo, "_fuse_cross_entropy_backward", spy)
+    monkeypatch.setattr(rewrites, "fuse_cross_entropy_backward", spy)
     g = torch.Generator().manual_seed(0)
     shape = (6, 11, 3) if case == "3d" else (13, 11)
     x = torch.randn(shape, generator=g).to(dtype)

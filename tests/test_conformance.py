@@ -1,6 +1,6 @@
-"""A fast subset of the OpInfo conformance run (python -m torchtpu.conformance runs them all):
+"""A fast subset of the OpInfo conformance run (python -m torchtpu.tools.conformance runs them all):
 every sample of these ops, forward and float32 gradients, must match PyTorch on CPU."""
-from torchtpu import conformance
+from torchtpu.tools import conformance
 
 OPS = [
     "add", "mul", "sub", "div", "pow", "exp", "log", "sigmoid", "tanh", "where", "clamp", "masked_fill", "abs",

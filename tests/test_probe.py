@@ -1,5 +1,5 @@
 """No call crashes the process: the probe's fixed CI subset of aten overloads (python -m
-torchtpu.probe --subset ci; scripts/probe_all.sh runs them all) on "tpu", each in a worker
+torchtpu.tools.probe --subset ci; scripts/probe_all.sh runs them all) on "tpu", each in a worker
 process, and a direct regression test for a known crash."""
 import json
 import subprocess
@@ -18,7 +18,7 @@ KNOWN_CRASHES = set()
 
 def test_probe_ci_subset(tmp_path):
     out = tmp_path / "probe.json"
-    proc = subprocess.run([sys.executable, "-m", "torchtpu.probe", "--subset", "ci", "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "torchtpu.tools.probe", "--subset", "ci", "--out", str(out)],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
@@ -75,7 +75,7 @@ def test_rnn_cell_backward_malformed_gates_raise(name, k, message):
     # tpu a check raises first, with autograd and in inference mode (no autograd key).
     out = _run(f"""
         import torch
-        from torchtpu import probe
+        from torchtpu.tools import probe
         args, kwargs = probe.build({name!r}, {k})
         args = [a.to("tpu") if isinstance(a, torch.Tensor) else a for a in args]
         op = probe._overload({name!r})
@@ -141,7 +141,7 @@ def test_rnn_cell_backward_matches_cpu():
 def test_host_read_set_is_for_pytorch_composites_with_int64_sizes():
     # The set that reaches composites reading tensor elements on the host: chosen from the
     # dispatcher's table (what serves the tpu key), with size-like tensors as int64 [1, 2].
-    from torchtpu import probe
+    from torchtpu.tools import probe
 
     k = [s[0] for s in probe.SETS].index(probe.HOST_READ)
     assert probe.served_by_composite("tensor_split.tensor_indices_or_sections")

@@ -1,6 +1,6 @@
 """Hugging Face training unchanged: Trainer and Accelerator find "tpu" by themselves.
 
-torchtpu sets ACCELERATE_TORCH_DEVICE when it loads (see torchtpu/_accelerate.py). The variable
+torchtpu sets ACCELERATE_TORCH_DEVICE when it loads (see torchtpu/compat/accelerate.py). The variable
 is process-wide, so each check runs its script in a fresh interpreter whose environment holds
 neither that variable nor the off switch: the device has to come from `import torch` alone.
 """

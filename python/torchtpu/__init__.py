@@ -38,27 +38,19 @@ from . import device as _device_module  # noqa: E402
 
 torch._register_device_module("tpu", _device_module)
 
-from . import _modules  # noqa: E402  (Module.to keeps tied parameters tied)
-from . import _nested_fastpath  # noqa: E402,F401  (TransformerEncoder's nested fast path on tpu)
-from . import _flex_attention  # noqa: E402
+from . import compat  # noqa: E402
 
-_flex_attention.install()  # flex attention's device check lets tpu through
-from . import dynamo as _dynamo  # noqa: E402
+compat.install()  # patches of PyTorch, accelerate and transformers for tpu
+from . import compile as _compile  # noqa: E402
 
-_dynamo.install_as_default_for_tpu()
-_dynamo.install_fake_kernels()
+_compile.install_as_default_for_tpu()
+_compile.install_fake_kernels()
 torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
 
 from . import distributed as _distributed  # noqa: E402
 
 _distributed.register()  # the c10d backend "tccl" for device "tpu"
 
-from . import _accelerate  # noqa: E402
-
-_accelerate.install()  # accelerate and transformers.Trainer pick "tpu" by themselves
-from . import _transformers  # noqa: E402
-
-_transformers.install()  # transformers' flex attention on tpu
 
 __version__ = "0.1.0"
 

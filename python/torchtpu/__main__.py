@@ -1,6 +1,6 @@
 """`python -m torchtpu [--json]`: the environment report to paste into a bug report."""
 import sys
 
-from torchtpu.collect_env import main
+from torchtpu.tools.collect_env import main
 
 sys.exit(main())

@@ -381,10 +381,10 @@ def compile_stats():
     persistent cache), under "ops" per op its programs (compiled or loaded) and seconds, and
     under "graphs" one entry per torch.compile graph, and under "fused" fused eager mode's
     graphs run, runs as one fused program, ops recorded and fused programs compiled."""
-    from . import dynamo
+    from .compile import diagnostics
 
     stats = dict(_C.compile_stats())
-    stats["graphs"] = dynamo.graph_stats()
+    stats["graphs"] = diagnostics.graph_stats()
     return stats
 
 

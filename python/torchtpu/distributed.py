@@ -95,7 +95,7 @@ def _device_memory(t):
     if t.device.type != "tpu" or not t.is_contiguous() or t.storage_offset() != 0:
         return None
     from . import _C
-    from .dynamo import _DTYPE_CODES
+    from .compile.encoder import DTYPE_CODES
     storage = t.untyped_storage()
     address = _C.host_alias(storage.data_ptr(), _DTYPE_CODES[t.dtype], t.numel())
     if address is None:

@@ -175,7 +175,7 @@ pub struct Stored {
     pub buf: Buf,
     pub dtype: DType,
     pub dims: Vec<i64>,
-    /// A constant a recorded op returned (dispatch.rs: `Entry::constants`): reading it is no
+    /// A constant a recorded op returned (dispatch/cache.rs: `Entry::constants`): reading it is no
     /// synchronization.
     pub constant: bool,
 }

@@ -2,7 +2,7 @@
 //! the op's program need not be ready yet: the programs of a graph's new ops compile side by
 //! side on the machine's cores while the caller records on, and the graph's run waits for
 //! each program as it reaches it. Programs compiled ahead of need (fused graphs' programs,
-//! the exact programs of shapes that bucketed programs served often: dispatch.rs' promotion)
+//! the exact programs of shapes that bucketed programs served often: dispatch/lookup.rs' promotion)
 //! compile here too, after the needed ones and never on every worker at once, so a needed
 //! program does not queue behind them. A program waited for before any worker took it
 //! compiles on the waiting thread.

@@ -6,7 +6,7 @@
 //! used only when all three equal the current ones exactly and its checksum holds. Anything
 //! else (another plugin, a corrupted or truncated file) is a miss: the program is compiled
 //! again and the entry rewritten. Executables from another plugin return wrong numbers
-//! without an error (FACTS.md), which is why the identity is part of the entry itself.
+//! without an error, which is why the identity is part of the entry itself.
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

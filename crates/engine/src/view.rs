@@ -1,7 +1,7 @@
 //! Reading and writing PyTorch views (sizes, strides, offset) of a dense base buffer inside a
 //! module: the gather is folded into the op's own program, and a write produces the new base.
 use lowerings::{Cx, DType};
-use stablehlo::{ElemType, GatherDims, ScatterDims, TensorType, Value};
+use stablehlo::{ElemType, ScatterDims, TensorType, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Geometry<'a> {
@@ -101,19 +101,7 @@ pub fn read(cx: &mut Cx, base: Value, g: &Geometry) -> Value {
         return cx.transpose(block, &perm);
     }
     let idx = flat_indices(cx, g);
-    let nd = g.sizes.len() as i64;
-    let mut idims = g.sizes.to_vec();
-    idims.push(1);
-    let idx = cx.reshape(idx, &idims);
-    let dn = GatherDims {
-        offset_dims: vec![],
-        collapsed_slice_dims: vec![0],
-        operand_batching_dims: vec![],
-        start_indices_batching_dims: vec![],
-        start_index_map: vec![0],
-        index_vector_dim: nd,
-    };
-    cx.gather(flat, idx, &dn, &[1], false)
+    lowerings::take_1d(cx, flat, idx)
 }
 
 /// `base` with the view `g` replaced by `value` (a dense value of `g.sizes`).

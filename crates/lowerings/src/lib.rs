@@ -37,6 +37,7 @@ pub use decl::{op, ops, Names, Op};
 pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound, Padded};
 pub use ops::grouped_mm::set_ragged_dot;
 pub use blocks::reduce::set_sums_as_dots;
+pub use blocks::gather::take_1d;
 pub use blocks::contract::{set_host_matmul, HOST_MATMUL_TARGET};
 pub use ops::custom_kernels::{kernel as ops_kernel, register_module as register_module_kernel, register_text as register_text_kernel};
 pub use blocks::precision::{float32_matmul, set_float32_matmul};

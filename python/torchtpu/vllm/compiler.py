@@ -9,7 +9,7 @@ class TpuCompiler(CompilerInterface):
     def compile(self, graph, example_inputs, compiler_config, compile_range, key=None):
         import torch
 
-        from torchtpu.dynamo import backend
+        from torchtpu.compile import backend
 
         # AOTAutograd's cache stores inductor's compiled code, which tpu's graphs are not; no
         # handle either: torchtpu's persistent compile cache keeps the executables.

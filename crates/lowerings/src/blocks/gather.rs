@@ -172,7 +172,7 @@ pub(crate) fn index_select_check(cx: &mut Cx, xd: &[i64], dim: usize, index: Val
 }
 
 /// `v[idx]` for a 1-d `v` and integer indices of any shape (clamped into range).
-pub(crate) fn take_1d(cx: &mut Cx, v: Value, idx: Value) -> Value {
+pub fn take_1d(cx: &mut Cx, v: Value, idx: Value) -> Value {
     let mut id = cx.dims(idx);
     let r = id.len() as i64;
     id.push(1);

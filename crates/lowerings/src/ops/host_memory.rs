@@ -1,5 +1,5 @@
 //! Ops whose PyTorch kernels are device-generic but read or write tensor data as host memory
-//! (found by `python -m torchtpu.probe`: on tpu they faulted in the device address region).
+//! (found by `python -m torchtpu.tools.probe`: on tpu they faulted in the device address region).
 //! They have no tpu lowering; routed here, they raise NotImplementedError naming the op.
 use crate::{ops, Args, Cx, ErrorKind, Op, Out, Result, TorchError};
 

@@ -24,7 +24,7 @@ Ops run in a worker process that takes many ops in turn and reports each call be
 it; when the worker dies or hangs, the call it was in is recorded as a crash with the signal
 or exit code and the worker's last stderr lines, and a fresh worker goes on with the next op.
 
-    python -m torchtpu.probe [--ops add mul.Tensor ...] [--subset ci] [--limit N]
+    python -m torchtpu.tools.probe [--ops add mul.Tensor ...] [--subset ci] [--limit N]
                              [--timeout S] [--out probe.json] [--list unsupported] [--load f.json]
 """
 import argparse
@@ -68,7 +68,7 @@ CI_EXTRA = ["_chunk_cat.default", "_grid_sampler_2d_cpu_fallback.default",
 NONDETERMINISTIC = ("rand", "normal", "bernoulli", "dropout", "empty", "multinomial", "uniform", "exponential",
                     "cauchy", "geometric", "log_normal", "poisson", "rrelu", "random", "_efficientzerotensor")
 
-MARK = "torchtpu.probe: calling "
+MARK = "torchtpu.tools.probe: calling "
 
 STRINGS = {"reduce": "sum", "rounding_mode": "trunc", "ord": "fro", "p": "fro", "padding": "same",
            "indexing": "ij", "equation": "ij,ij->ij", "filename": "/nonexistent/torchtpu-probe"}
@@ -387,7 +387,7 @@ class _Worker:
         env = dict(os.environ)
         env.pop("TORCHTPU_CPU_FALLBACK", None)  # a fallback would hide what tpu lacks
         self.err = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "torchtpu.probe", "--worker"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "torchtpu.tools.probe", "--worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err, env=env)
         self.buf = b""
 

@@ -3,8 +3,9 @@ the host's accelerator is named "tpu" (its check is written for torch_xla, whose
 flex attention refuses), and then never imports it. On torchtpu flex attention runs (eager and
 compiled), so when transformers' import_utils is first executed its check learns that a tpu
 here is torchtpu's."""
-from ._accelerate import _PatchOnImport
 import sys
+
+from . import PatchOnImport
 
 MODULE = "transformers.utils.import_utils"
 
@@ -13,7 +14,7 @@ def install():
     if MODULE in sys.modules:
         _flex_attention_available(sys.modules[MODULE])
     else:
-        sys.meta_path.insert(0, _PatchOnImport(MODULE, _flex_attention_available))
+        sys.meta_path.insert(0, PatchOnImport(MODULE, _flex_attention_available))
 
 
 def _flex_attention_available(import_utils):

@@ -14,12 +14,12 @@ and the batches on tpu. So when accelerate.state is imported, its PartialState l
 cpu=True wins over the default set here (not over a value the user set).
 """
 import functools
-import importlib.abc
-import importlib.util
 import os
 import sys
 
 import torch
+
+from . import PatchOnImport
 
 VAR = "ACCELERATE_TORCH_DEVICE"
 _set_here = False  # whether VAR holds the default set by install(), not a value of the user
@@ -46,7 +46,7 @@ def install():
     if "accelerate.state" in sys.modules:
         _cpu_wins(sys.modules["accelerate.state"])
     else:
-        sys.meta_path.insert(0, _PatchOnImport("accelerate.state", _cpu_wins))
+        sys.meta_path.insert(0, PatchOnImport("accelerate.state", _cpu_wins))
 
 
 def _cpu_wins(state_module):
@@ -61,26 +61,3 @@ def _cpu_wins(state_module):
             self.device = torch.device("cpu")
 
     partial_state.__init__ = __init__
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Calls patch(module) right after the module `name` is first executed."""
-
-    def __init__(self, name, patch):
-        self.name, self.patch = name, patch
-
-    def find_spec(self, name, path, target=None):
-        if name != self.name:
-            return None
-        sys.meta_path.remove(self)  # once only; and the lookup below must not find this finder
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_patch(module):
-            exec_module(module)
-            self.patch(module)
-
-        spec.loader.exec_module = exec_then_patch
-        return spec

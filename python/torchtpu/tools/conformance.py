@@ -6,7 +6,7 @@ failure) and compare with PyTorch's default tolerances for the dtype; for float3
 support autograd, compare input gradients too. Ops run in a worker process; a crash or hang
 kills only the worker and counts as a failure of that op.
 
-    python -m torchtpu.conformance [--ops add mul ...] [--dtypes float32 bfloat16 ...]
+    python -m torchtpu.tools.conformance [--ops add mul ...] [--dtypes float32 bfloat16 ...]
                                    [--json out.json] [--markdown out.md] [--max-samples N]
 """
 import argparse
