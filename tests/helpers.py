@@ -50,16 +50,30 @@ def check(fn, *args, atol=None, rtol=None, **kwargs):
     """fn(*args) on CPU and on tpu give the same values, dtypes and shapes."""
     expected = fn(*args, **kwargs)
     got = to_cpu(fn(*to_tpu(args), **to_tpu(kwargs)))
-    _compare(got, expected, atol, rtol)
+    assert_matches_cpu(got, expected, atol, rtol)
     return got
 
 
-def _compare(got, expected, atol, rtol):
+def check_or_error(fn, *args, **kwargs):
+    """Like `check`, or, where CPU rejects the input, the same exception class on tpu."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - any exception CPU raises is the expected outcome
+        check_error(fn, *args)
+        return None
+    return check(fn, *args, **kwargs)
+
+
+def assert_matches_cpu(got, expected, atol=None, rtol=None):
+    """A result (tensors on tpu or already on the host, or nested lists of them, or numbers)
+    equals CPU's: values, dtypes and shapes, to the dtype's tolerance unless given."""
     if isinstance(expected, (list, tuple)):
         assert len(got) == len(expected)
         for g, e in zip(got, expected):
-            _compare(g, e, atol, rtol)
+            assert_matches_cpu(g, e, atol, rtol)
         return
+    if isinstance(got, torch.Tensor) and got.device.type == "tpu":
+        got = got.cpu()
     if not isinstance(expected, torch.Tensor):
         assert got == expected
         return
@@ -75,7 +89,7 @@ def check_inplace(fn, base, *args, **kwargs):
     fn(cpu, *args, **kwargs)
     dev = base.to(TPU)
     fn(dev, *to_tpu(args), **to_tpu(kwargs))
-    _compare(dev.cpu(), cpu, None, None)
+    assert_matches_cpu(dev, cpu)
 
 
 def views(t):

@@ -4,7 +4,7 @@ singular vectors up to their sign/phase), batches, empty matrices, non-contiguou
 float32/float64/complex64, gradients through autograd, and PyTorch's errors."""
 import pytest
 import torch
-from helpers import TPU, check, check_error, to_cpu, to_tpu
+from helpers import TPU, assert_matches_cpu, check, check_error, to_cpu, to_tpu
 
 DTYPES = [torch.float32, torch.float64, torch.complex64]
 TOL = {torch.float32: dict(atol=1e-4, rtol=1e-4), torch.float64: dict(atol=1e-9, rtol=1e-9),
@@ -30,11 +30,6 @@ def well(shape, dtype=torch.float32):
     """Square matrices far from singular (a diagonal shift)."""
     n = shape[-1]
     return rnd(shape, dtype) + 3 * torch.eye(n, dtype=dtype)
-
-
-def close(got, expected, dtype):
-    got = to_cpu(got) if got.device.type == "tpu" else got
-    torch.testing.assert_close(got, expected, **TOL[dtype])
 
 
 def grad_check(fn, *inputs, atol=1e-4):
@@ -420,16 +415,16 @@ def test_eigh(dtype):
             w, v = torch.linalg.eigh(a, UPLO=uplo)
             wd, vd = torch.linalg.eigh(a.to(TPU), UPLO=uplo)
             assert wd.dtype == w.dtype and vd.dtype == v.dtype
-            close(wd, w, dtype)
-            close(phase_fixed(vd.cpu()), phase_fixed(v), dtype)
+            assert_matches_cpu(wd, w, **TOL[dtype])
+            assert_matches_cpu(phase_fixed(vd.cpu()), phase_fixed(v), **TOL[dtype])
             check(lambda t: torch.linalg.eigvalsh(t, UPLO=uplo), a, **tol)
     # Repeated eigenvalues: the eigenvectors still diagonalize A.
     a = torch.diag(torch.tensor([2.0, 2.0, 1.0, 3.0], dtype=dtype))
     q, _ = torch.linalg.qr(rnd((4, 4), dtype))
     a = q @ a @ q.mH
     wd, vd = to_cpu(torch.linalg.eigh(a.to(TPU)))
-    close(vd @ torch.diag_embed(wd).to(dtype) @ vd.mH, a, dtype)
-    close(vd.mH @ vd, torch.eye(4, dtype=dtype), dtype)
+    assert_matches_cpu(vd @ torch.diag_embed(wd).to(dtype) @ vd.mH, a, **TOL[dtype])
+    assert_matches_cpu(vd.mH @ vd, torch.eye(4, dtype=dtype), **TOL[dtype])
     check(lambda t: torch.linalg.eigvalsh(t.mT), rnd((5, 5), dtype), **tol)
 
 
@@ -453,21 +448,21 @@ def test_svd(dtype):
             ud, sd, vhd = torch.linalg.svd(a.to(TPU), full_matrices=full)
             assert (ud.shape, sd.shape, vhd.shape) == (u.shape, s.shape, vh.shape)
             assert (ud.dtype, sd.dtype, vhd.dtype) == (u.dtype, s.dtype, vh.dtype)
-            close(sd, s, dtype)
+            assert_matches_cpu(sd, s, **TOL[dtype])
             k = s.shape[-1]
             ud, sd, vhd = to_cpu((ud, sd, vhd))
-            close(ud[..., :k] @ torch.diag_embed(sd).to(dtype) @ vhd[..., :k, :], a, dtype)
+            assert_matches_cpu(ud[..., :k] @ torch.diag_embed(sd).to(dtype) @ vhd[..., :k, :], a, **TOL[dtype])
             for m in [ud.cpu(), vhd.cpu().mH]:
-                close(m.mH @ m, torch.eye(m.shape[-1], dtype=dtype).expand(*m.shape[:-2], -1, -1), dtype)
-            close(phase_fixed(ud[..., :k].cpu()), phase_fixed(u[..., :k]), dtype)
+                assert_matches_cpu(m.mH @ m, torch.eye(m.shape[-1], dtype=dtype).expand(*m.shape[:-2], -1, -1), **TOL[dtype])
+            assert_matches_cpu(phase_fixed(ud[..., :k].cpu()), phase_fixed(u[..., :k]), **TOL[dtype])
         check(torch.linalg.svdvals, a, **tol)
         check(lambda t: torch.svd(t)[1], a, **tol)
     # Rank deficient: the singular vectors are still orthonormal.
     a = rnd((6, 4), dtype)
     a[:, 3] = a[:, 0] + a[:, 1]
     ud, sd, vhd = to_cpu(torch.linalg.svd(a.to(TPU)))
-    close(sd, torch.linalg.svdvals(a), dtype)
-    close(ud.mH @ ud, torch.eye(6, dtype=dtype), dtype)
+    assert_matches_cpu(sd, torch.linalg.svdvals(a), **TOL[dtype])
+    assert_matches_cpu(ud.mH @ ud, torch.eye(6, dtype=dtype), **TOL[dtype])
     check(lambda t: torch.linalg.svdvals(t.mT), rnd((3, 5), dtype), **tol)
 
 

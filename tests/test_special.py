@@ -2,7 +2,7 @@
 views, 0-d/empty tensors, gradients and errors."""
 import pytest
 import torch
-from helpers import TPU, _compare, check, check_error, check_inplace, make, to_cpu
+from helpers import TPU, assert_matches_cpu, check, check_error, check_inplace, make, to_cpu
 
 SHAPES = [(), (0,), (7,), (3, 5)]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool]
@@ -227,16 +227,16 @@ def test_out_and_inplace():
             args = () if fn in ("logit_", "i0_", "sinc_", "nan_to_num_") else (y,)
             getattr(c, fn)(*args)
             getattr(d, fn)(*[a.to(TPU) for a in args])
-            _compare(d.cpu(), c, None, None)
+            assert_matches_cpu(d.cpu(), c)
     out_c, out_d = torch.empty(3, 4), torch.empty(3, 4, device=TPU)
     torch.special.i1e(x, out=out_c)
     torch.special.i1e(x.to(TPU), out=out_d)
-    _compare(out_d.cpu(), out_c, None, None)
+    assert_matches_cpu(out_d.cpu(), out_c)
     m_c, e_c = torch.empty(3, 4), torch.empty(3, 4, dtype=torch.int32)
     m_d, e_d = m_c.to(TPU), e_c.to(TPU)
     torch.frexp(x, out=(m_c, e_c))
     torch.frexp(x.to(TPU), out=(m_d, e_d))
-    _compare((m_d.cpu(), e_d.cpu()), (m_c, e_c), None, None)
+    assert_matches_cpu((m_d.cpu(), e_d.cpu()), (m_c, e_c))
     # an int out= for a float result is refused
     check_error(lambda a, o: torch.xlogy(a, a, out=o), x, torch.empty(3, 4, dtype=torch.int64))
 
@@ -316,9 +316,9 @@ def test_compiled_graphs():
         got = torch.compile(f, backend="tpu")(x.to(TPU))
         if isinstance(expected, tuple):
             got, expected = tuple(got), tuple(expected)
-        _compare(to_cpu(got), expected, 1e-5, 1e-5)
+        assert_matches_cpu(to_cpu(got), expected, 1e-5, 1e-5)
     g = lambda a: torch.gcd(a, a + 6) << 1
-    _compare(to_cpu(torch.compile(g, backend="tpu")(i.to(TPU))), g(i), None, None)
+    assert_matches_cpu(to_cpu(torch.compile(g, backend="tpu")(i.to(TPU))), g(i))
 
 
 # ---- orthogonal polynomials, Bessel functions, Airy Ai --------------------------------------------
@@ -396,7 +396,7 @@ def test_polynomial_scalars_promotion_views_out():
             fn(x, n, out=oc)
             fn(x.to(TPU), n.to(TPU), out=od)
             # computed in float32 either way (the inputs' dtype), then written as out's dtype
-            _compare(od.cpu(), oc, 1e-5, 2e-5)
+            assert_matches_cpu(od.cpu(), oc, 1e-5, 2e-5)
 
 
 def test_polynomial_long_recurrences():
@@ -456,7 +456,7 @@ def test_bessel_edges_views_out():
         oc, od = torch.empty(6, 5), torch.empty(6, 5, device=TPU)
         fn(v, out=oc)
         fn(v.to(TPU), out=od)
-        _compare(od.cpu(), oc, None, None)
+        assert_matches_cpu(od.cpu(), oc)
         # not differentiable in PyTorch: no graph on either device
         r = fn(v.to(TPU).requires_grad_())
         assert r.requires_grad == fn(v.clone().requires_grad_()).requires_grad
@@ -489,7 +489,7 @@ def test_polynomial_and_bessel_compiled():
     for f in fns:
         expected = f(x, n)
         got = torch.compile(f, backend="tpu")(x.to(TPU), n.to(TPU))
-        _compare(to_cpu(got), expected, 1e-5, 1e-5)
+        assert_matches_cpu(to_cpu(got), expected, 1e-5, 1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64])

@@ -394,7 +394,8 @@ def set_fused_eager(enabled=True):
     instead of run, and run when a value is needed (a read to the host such as .item(),
     .cpu() or print, torch.tpu.synchronize, an op with device-side checks, a data-dependent
     size, 512 ops): the first times a graph of ops is met, op by op with each op's program as
-    in strict eager; from its third time on, as one compiled program. Errors PyTorch raises
+    in strict eager; its third time starts compiling it as one program, which runs it from the
+    run after its compile window (a fixed run, so reruns agree). Errors PyTorch raises
     from an op's arguments raise at the op; a failure while running raises at the read.
     Turning it off runs what was recorded."""
     _lazy_init()

@@ -1,5 +1,5 @@
 """Why a frame compiles again (logged, and a warning when one frame recompiles too often), and
-per-graph statistics (torch.tpu.memory_stats()["graphs"])."""
+per-graph statistics (torch.tpu.compile_stats()["graphs"])."""
 import logging
 import os
 import warnings
