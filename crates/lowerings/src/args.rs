@@ -90,7 +90,7 @@ impl Scalar {
                     im == 0.0 || dtype == DType::Bool,
                     Runtime,
                     "value cannot be converted to type {} without overflow",
-                    dtype.cpp_name()
+                    crate::blocks::type_names::convert_type_name(dtype)
                 );
                 Ok(if dtype == DType::Bool { Scalar::Bool(re != 0.0 || im != 0.0) } else { Scalar::Float(FloatArg { value: re, slot: None }) })
             }

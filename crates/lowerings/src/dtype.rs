@@ -121,33 +121,6 @@ impl DType {
         }
     }
 
-    /// The C++ type name c10's checked conversions print ("float", "int64_t", "c10::Half").
-    pub fn cpp_name(self) -> &'static str {
-        use DType::*;
-        match self {
-            U8 => "uint8_t",
-            I8 => "int8_t",
-            I16 => "int16_t",
-            I32 => "int",
-            I64 => "int64_t",
-            F16 => "c10::Half",
-            F32 => "float",
-            F64 => "double",
-            C64 => "c10::complex<float>",
-            C128 => "c10::complex<double>",
-            Bool => "bool",
-            BF16 => "c10::BFloat16",
-            F8E5M2 => "c10::Float8_e5m2",
-            F8E4M3FN => "c10::Float8_e4m3fn",
-            F8E5M2FNUZ => "c10::Float8_e5m2fnuz",
-            F8E4M3FNUZ => "c10::Float8_e4m3fnuz",
-            F8E8M0FNU => "c10::Float8_e8m0fnu",
-            U16 => "uint16_t",
-            U32 => "uint32_t",
-            U64 => "uint64_t",
-        }
-    }
-
     /// The name PyTorch prints in messages ("Float", "Long", ...).
     pub fn torch_name(self) -> &'static str {
         use DType::*;

@@ -30,7 +30,7 @@ pub(crate) const OPS: &[Op] = &[
 /// A loss kernel's norm converted to an integer dtype like c10's checked Scalar conversion
 /// (a mean over no elements is infinite and raises).
 fn int_norm(norm: f64, dt: DType) -> Result<f64> {
-    check!(norm.is_finite(), Runtime, "value cannot be converted to type {} without overflow", dt.cpp_name());
+    check!(norm.is_finite(), Runtime, "value cannot be converted to type {} without overflow", crate::blocks::type_names::convert_type_name(dt));
     Ok(norm.trunc())
 }
 
