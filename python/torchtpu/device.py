@@ -418,6 +418,21 @@ def bucketed_programs():
         _C.bucket_scope(False)
 
 
+def set_launch_blocking(enabled=True):
+    """Launch-blocking mode on (also TORCHTPU_LAUNCH_BLOCKING=1), for debugging as
+    CUDA_LAUNCH_BLOCKING=1: every op runs its own program at its call and waits for it, so an
+    error found on the device (an index out of range, memory full) raises at the op that caused
+    it, with your traceback, instead of at a later read. Fused eager recording is off while it
+    is on (what was recorded runs first). Slow: for finding where an error comes from."""
+    _lazy_init()
+    _C.set_launch_blocking(bool(enabled))
+
+
+def is_launch_blocking():
+    _lazy_init()
+    return _C.launch_blocking()
+
+
 def is_fused_eager():
     """Whether fused eager mode is on."""
     return _C.fused_eager_enabled()

@@ -97,7 +97,7 @@ def _device_memory(t):
     from . import _C
     from .compile.encoder import DTYPE_CODES
     storage = t.untyped_storage()
-    address = _C.host_alias(storage.data_ptr(), _DTYPE_CODES[t.dtype], t.numel())
+    address = _C.host_alias(storage.data_ptr(), DTYPE_CODES[t.dtype], t.numel())
     if address is None:
         return None
     memory = (ctypes.c_ubyte * storage.nbytes()).from_address(address)

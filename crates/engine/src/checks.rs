@@ -222,10 +222,13 @@ pub fn raise_pending() -> Result<(), Error> {
             return Err(Error::runtime(format!("torchtpu: a device-side check failed (unknown failure id {id})")));
         };
         let op = if f.op.starts_with("torchtpu::run_graph") { "a compiled graph" } else { &f.op };
-        let text = format!(
-            "{}\n(from an earlier op ({op}), raised at this synchronization: tpu runs ops asynchronously, like CUDA)",
-            message(&f.message, word(1), word(2))
-        );
+        let at = if crate::blocking::enabled() {
+            format!("raised at the op that failed ({op}): launch-blocking mode")
+        } else {
+            format!("from an earlier op ({op}), raised at this synchronization: tpu runs ops asynchronously, like CUDA; \
+                     TORCHTPU_LAUNCH_BLOCKING=1 raises it at the op")
+        };
+        let text = format!("{}\n({at})", message(&f.message, word(1), word(2)));
         return Err(Error::Torch(TorchError::new(f.kind, text)));
     }
     Ok(())

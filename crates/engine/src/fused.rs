@@ -31,6 +31,9 @@ const ON: u8 = 2;
 /// variable). On by default: it matches strict eager on the whole test suite and is faster
 /// on repeated work (README, Measured).
 pub fn enabled() -> bool {
+    if crate::blocking::enabled() {
+        return false;
+    }
     match MODE.load(Ordering::Relaxed) {
         UNSET => {
             let on = std::env::var("TORCHTPU_FUSED_EAGER").map_or(true, |v| v.trim() != "0");

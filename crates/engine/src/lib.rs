@@ -7,19 +7,20 @@
 //! ```text
 //! 5  host       moving data between the host and cells        uses dispatch, checks, cell, view, runtime, values, error, abi
 //! 4  dispatch   running one aten call; the engine lock         uses fused, compile_pool, checks, cell, lock, view, buckets, overlap, runtime, values, error, abi
-//! 3  fused      fused eager mode: recorded graphs, run fused   uses compile_pool, checks, cell, runtime, error
-//! 2  checks     data-dependent checks (host, device)           uses cell, runtime, values, error, abi
+//! 3  fused      fused eager mode: recorded graphs, run fused   uses compile_pool, checks, cell, runtime, blocking, error
+//! 2  checks     data-dependent checks (host, device)           uses cell, runtime, values, blocking, error, abi
 //!    cell       storage cells, device buffers, pending work    uses lock, address, memory
 //! 1  memory     device memory statistics                       uses runtime, error
 //!    runtime    the PJRT client, compiling                     uses disk_cache, error
 //!    compile_pool  compiling on worker threads                 uses error
 //!    overlap    writes that alias themselves or their inputs  uses error
-//! 0  error, values, lock, address, view, buckets, disk_cache: import nothing of the engine (abi is a crate)
+//! 0  error, values, lock, address, view, buckets, disk_cache, blocking: import nothing of the engine (abi is a crate)
 //! ```
 //!
 //! The crate root only declares modules, re-exports and asks `runtime` for the device count.
 pub use ::abi;
 pub mod address;
+pub mod blocking;
 pub mod cell;
 pub mod checks;
 pub mod compile_pool;

@@ -79,6 +79,7 @@ const FAMILIES: &[&[Op]] = &[
     ops::histogram::OPS,
     ops::host_memory::OPS,
     ops::indexing::OPS,
+    ops::jagged::OPS,
     ops::linalg::cholesky::OPS,
     ops::linalg::eigen::jacobi::OPS,
     ops::linalg::eigen::OPS,

@@ -294,6 +294,17 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// Turns launch-blocking mode on or off (engine blocking.rs).
+#[pyfunction]
+fn set_launch_blocking(on: bool) -> PyResult<()> {
+    engine::dispatch::set_launch_blocking(on).map_err(|e| pyo3::exceptions::PyRuntimeError::new_err(e.to_string()))
+}
+
+#[pyfunction]
+fn launch_blocking() -> bool {
+    engine::blocking::enabled()
+}
+
 /// Turns fused eager mode on or off (off: what it recorded runs first).
 #[pyfunction]
 fn set_fused_eager(on: bool) -> PyResult<()> {
@@ -505,6 +516,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wait_before_exit, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
+    m.add_function(wrap_pyfunction!(set_launch_blocking, m)?)?;
+    m.add_function(wrap_pyfunction!(launch_blocking, m)?)?;
     m.add_function(wrap_pyfunction!(bucket_scope, m)?)?;
     m.add_function(wrap_pyfunction!(fused_eager_enabled, m)?)?;
     m.add_function(wrap_pyfunction!(lowered_ops, m)?)?;

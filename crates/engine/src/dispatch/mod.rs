@@ -98,6 +98,15 @@ pub fn flush_recorded(why: &str) -> Result<(), Error> {
     ready(why, |_| ())
 }
 
+/// Turns launch-blocking mode on or off (on: what fused eager mode recorded runs first).
+pub fn set_launch_blocking(on: bool) -> Result<(), Error> {
+    crate::blocking::set_enabled(on);
+    if on {
+        return flush_recorded("launch blocking turned on");
+    }
+    Ok(())
+}
+
 /// Turns fused eager mode on or off (off: what was recorded runs first).
 pub fn set_fused_eager(on: bool) -> Result<(), Error> {
     if !on {
@@ -200,5 +209,11 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     }
     // (Another thread may have turned the mode off after recording.)
     engine.fused.flush("fused eager turned off")?;
-    run(&entry, bucket.as_deref(), args, &scan, held).map(CallResult::Done)
+    let produced = run(&entry, bucket.as_deref(), args, &scan, held)?;
+    if crate::blocking::enabled() {
+        // This op's program, waited for: its failures raise here, at the op.
+        crate::cell::synchronize()?;
+        crate::checks::raise_pending()?;
+    }
+    Ok(CallResult::Done(produced))
 }

@@ -14,6 +14,7 @@ pub(crate) mod grouped_mm;
 pub(crate) mod histogram;
 pub(crate) mod host_memory;
 pub(crate) mod indexing;
+pub(crate) mod jagged;
 pub(crate) mod linalg;
 pub(crate) mod losses;
 pub(crate) mod nonzero_unique;
