@@ -134,7 +134,13 @@ TtArg encode(CallFrame& f, const c10::IValue& v, const c10::Argument& schema_arg
     }
   } else if (v.isTensor()) {
     // Autograd passes undefined tensors for gradients that are zero: they mean None.
-    if (v.toTensor().defined()) a = encode_tensor(f, v.toTensor());
+    const at::Tensor& t = v.toTensor();
+    // A written argument (out=, self of an in-place op) must live on tpu: a host tensor would
+    // be read as a copy and its write lost (0-d tensors pass the dispatcher's device check).
+    bool written = schema_arg.alias_info() != nullptr && schema_arg.alias_info()->isWrite();
+    TORCH_CHECK(!t.defined() || !written || t.device().type() == kTpu, "Expected out tensor to have device ",
+                c10::Device(kTpu, current_device), ", but got ", t.device(), " instead");
+    if (t.defined()) a = encode_tensor(f, t);
     else a.kind = TT_NONE;
   } else if (v.isBool()) {
     a.kind = TT_BOOL;

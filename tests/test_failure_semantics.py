@@ -224,3 +224,25 @@ def test_three_thousand_training_steps_keep_memory_flat():
     assert torch.tpu.live_buffers() == buffers
     assert torch.tpu.memory_allocated() == allocated
     assert _rss_bytes() - rss < 16 * 2**20, (_rss_bytes() - rss) / 2**20
+
+
+def test_an_out_on_the_host_for_tpu_inputs_raises():
+    # 0-d tpu inputs pass the dispatcher's device check, so a CPU out= reached the engine,
+    # which wrote it as a tpu tensor (SIGSEGV); found by the conformance run's out= check.
+    proc = _run("""
+        import torch
+        a, b = torch.randn(()).to("tpu"), torch.randn(3, device="tpu")
+        for name, call in [("add", lambda: torch.add(a, a, out=torch.empty(()))),
+                           ("mul", lambda: torch.mul(a, a, out=torch.empty(3))),
+                           ("exp", lambda: torch.exp(b, out=torch.empty(3))),
+                           ("sum", lambda: torch.sum(b, 0, out=torch.empty(())))]:
+            try:
+                call()
+                print(name, "ran")
+            except RuntimeError as e:
+                print(name, str(e))
+    """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 4, proc.stdout
+    assert all(line.endswith("Expected out tensor to have device tpu:0, but got cpu instead") for line in lines), lines
