@@ -1,5 +1,6 @@
 """A fast subset of the OpInfo conformance run (python -m torchtpu.tools.conformance runs them all):
-every sample of these ops, forward and float32 gradients, must match PyTorch on CPU."""
+every sample of these ops, forward and float32 gradients, must match PyTorch on CPU, and pass
+PyTorch's out=, variant-consistency and noncontiguous-sample checks."""
 from torchtpu.tools import conformance
 
 OPS = [
@@ -27,3 +28,18 @@ def test_conformance_subset(tmp_path):
     assert not bad, bad
     ran = sum(r.get("passed", 0) for per in results.values() for r in per.values())
     assert ran > 500, line
+
+
+def test_out_variants_and_noncontiguous_checks_on_the_subset():
+    names = [n for n in conformance.all_op_names() if n in OPS or n.split(".")[0] in OPS]
+    checks = ("out", "variants", "noncontiguous")
+    results = conformance.run(names, ["float32"], max_samples=4, grads=False, timeout=600, log=None, checks=checks)
+    print(conformance.summarize(results, ["float32"]))
+    counts = conformance.check_counts(results)
+    for check in checks:
+        passed, total = counts[check]
+        assert total > 50, (check, counts)
+        failed = {name: per["float32"][check]["first_error"] for name, per in results.items()
+                  if "float32" in per and per["float32"].get(check, {}).get("failed")}
+        assert passed == total, (check, failed)
+    assert not any(r.get("crashed") for per in results.values() for r in per.values())

@@ -364,7 +364,8 @@ def _check_dtypes(op):
             continue
         _, cpu_err = _outcome(lambda: op(s.input, *s.args, **s.kwargs))
         inp, args, kwargs = _on_device(op, s)
-        _, err = _outcome(lambda: op(inp, *args, **kwargs))
+        # Synchronized: a failure found when the program runs belongs to this call.
+        _, err = _outcome(lambda: (op(inp, *args, **kwargs), torch.tpu.synchronize()))
         why = None
         if (cpu_err is None) != (err is None):
             why = f"{name}: {'runs' if err is None else 'raises ' + _short(err)} on tpu, " \
