@@ -336,10 +336,13 @@ def _check_out(op, samples, values, r):
 def _check_error_input(op, e, r):
     import re
 
+    import torch
+
     s = e.sample_input
     try:
         inp, args, kwargs = _on_device(op, s)
         op(inp, *args, **kwargs)
+        torch.tpu.synchronize()  # an error found on the device belongs to this call
         why = f"ran; expected {e.error_type.__name__}: {e.error_regex}"
     except Exception as err:  # noqa: BLE001
         if not isinstance(err, e.error_type):
