@@ -33,30 +33,17 @@ pub(crate) fn cpp_type_name(d: DType) -> &'static str {
 }
 
 /// The C++ type name c10's checked Scalar conversions print ("value cannot be converted to type
-/// int64_t without overflow"): fixed-width integer names, unlike TypeMeta's.
+/// int64_t without overflow"): fixed-width integer names, TypeMeta's otherwise.
 pub(crate) fn convert_type_name(d: DType) -> &'static str {
-    use DType::*;
     match d {
-        U8 => "uint8_t",
-        I8 => "int8_t",
-        I16 => "int16_t",
-        I32 => "int",
-        I64 => "int64_t",
-        F16 => "c10::Half",
-        F32 => "float",
-        F64 => "double",
-        C64 => "c10::complex<float>",
-        C128 => "c10::complex<double>",
-        Bool => "bool",
-        BF16 => "c10::BFloat16",
-        F8E5M2 => "c10::Float8_e5m2",
-        F8E4M3FN => "c10::Float8_e4m3fn",
-        F8E5M2FNUZ => "c10::Float8_e5m2fnuz",
-        F8E4M3FNUZ => "c10::Float8_e4m3fnuz",
-        F8E8M0FNU => "c10::Float8_e8m0fnu",
-        U16 => "uint16_t",
-        U32 => "uint32_t",
-        U64 => "uint64_t",
+        DType::U8 => "uint8_t",
+        DType::I8 => "int8_t",
+        DType::I16 => "int16_t",
+        DType::I64 => "int64_t",
+        DType::U16 => "uint16_t",
+        DType::U32 => "uint32_t",
+        DType::U64 => "uint64_t",
+        d => cpp_type_name(d),
     }
 }
 
