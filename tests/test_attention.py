@@ -8,7 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from helpers import TPU, check_error
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=3e-2, rtol=3e-2),
-       torch.float16: dict(atol=3e-3, rtol=3e-3)}
+       torch.float16: dict(atol=3e-3, rtol=3e-3), torch.float64: dict(atol=1e-10, rtol=1e-10)}
 
 
 def run_both(q, k, v, mask=None, grads=True, **kw):
@@ -30,7 +30,9 @@ def run_both(q, k, v, mask=None, grads=True, **kw):
 
 
 def assert_close(got, ref, dtype):
-    torch.testing.assert_close(got.float(), ref.float(), **TOL[dtype])
+    if dtype != torch.float64:
+        got, ref = got.float(), ref.float()
+    torch.testing.assert_close(got, ref, **TOL[dtype])
 
 
 def uses_fused(q, k, v, **kw):
@@ -394,3 +396,38 @@ def test_cuda_entry_points_called_by_name(causal, dtype):
             assert_close(t.grad.cpu(), r.grad, dtype)
     with pytest.raises(NotImplementedError, match="dropout_p > 0"):
         torch.ops.aten._scaled_dot_product_flash_attention(q.to(TPU), k.to(TPU), v.to(TPU), 0.5, causal)
+
+
+@pytest.mark.parametrize("mask", [None, "float", "opmath", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_cpu_flash_entry_point_matches_cpu(mask, dtype):
+    # PyTorch's CPU kernel entry point, which some code calls by name: values, log-sum-exp and
+    # gradients as the CPU kernel gives them, for key/value views that are not contiguous.
+    g = torch.Generator().manual_seed(7)
+    # q [B, H, L, E]; k and v stored [B, S, H, E] and read through a transpose.
+    q, k, v = (torch.randn(2, n, 3, 8, generator=g).to(dtype) for n in (5, 7, 7))
+    dy = torch.randn(2, 3, 5, 8, generator=g).to(dtype)
+    attn_mask = {"float": torch.randn(2, 1, 5, 7, generator=g).to(dtype), "opmath": torch.randn(5, 7, generator=g).to(torch.float64 if dtype == torch.float64 else torch.float32)}.get(mask)
+    results = []
+    for device in ("cpu", TPU):
+        leaves = [t.detach().to(device).requires_grad_() for t in (q, k, v)]
+        views = [t.transpose(1, 2) for t in leaves]
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            *views, 0.0, mask == "causal", attn_mask=None if attn_mask is None else attn_mask.to(device), scale=0.3)
+        out.backward(dy.to(device))
+        results.append((out, lse, *(t.grad for t in leaves)))
+    for got, want in zip(results[1], results[0]):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert_close(got.detach().cpu(), want.detach(), dtype)
+
+
+def test_cpu_flash_entry_point_refuses_masks_as_cpu():
+    # A mask of another dtype than the query's (or float32 for a reduced-precision query):
+    # CPU's error on both, boolean masks included.
+    for q_dtype, mask_dtype in ((torch.float32, torch.bool), (torch.float32, torch.bfloat16), (torch.bfloat16, torch.float64)):
+        q = torch.randn(1, 1, 2, 4, dtype=q_dtype)
+        mask = torch.zeros(2, 2, dtype=mask_dtype)
+        for device in ("cpu", TPU):
+            with pytest.raises(RuntimeError, match="Attention mask is the same data type as query"):
+                qd = q.to(device)
+                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(qd, qd, qd, 0.0, False, attn_mask=mask.to(device))

@@ -31,6 +31,9 @@ pub(crate) const OPS: &[Op] = &[
     op("_scaled_dot_product_flash_attention_backward", flash_backward).specialized(),
     op("_scaled_dot_product_efficient_attention", efficient_forward).specialized(),
     op("_scaled_dot_product_efficient_attention_backward", |cx, a| backward(cx, a, "grad_out_")).specialized(),
+    // The CPU kernel's entry point, which PyTorch's CPU dispatch names and libraries call too.
+    op("_scaled_dot_product_flash_attention_for_cpu", cpu_flash_forward).specialized(),
+    op("_scaled_dot_product_flash_attention_for_cpu_backward", flash_backward).specialized(),
 ];
 
 /// Shapes and options of one attention call; heads of the query are grouped over the
@@ -62,9 +65,10 @@ fn float_arg(args: &Args, name: &str) -> Option<f64> {
     }
 }
 
-/// The attention bias, of the entry points that take one (flash attention's take none).
+/// The attention bias, of the entry points that take one (CUDA's flash attention takes none;
+/// the CPU kernel's calls it attn_mask).
 fn optional_bias(args: &Args) -> Option<Tensor> {
-    match args.probe("attn_bias") {
+    match args.probe("attn_bias").or_else(|| args.probe("attn_mask")) {
         Some(Arg::Tensor(t)) => Some(*t),
         _ => None,
     }
@@ -297,6 +301,22 @@ fn efficient_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     Ok(outs)
 }
 
+/// _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *,
+/// attn_mask, scale) -> (output, logsumexp), the log-sum-exp in the inputs' opmath dtype.
+fn cpu_flash_forward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let query = args.tensor("query")?.dtype;
+    if let Some(mask) = optional_bias(args) {
+        check!(
+            mask.dtype == query || mask.dtype == query.opmath(),
+            Runtime,
+            "scaled_dot_product_attention_flash_attention: Attention mask is the same data type as query"
+        );
+    }
+    let mut outs = forward(cx, args)?;
+    outs.truncate(2);
+    Ok(outs)
+}
+
 /// _scaled_dot_product_flash_attention_backward(...) -> (grad_query, grad_key, grad_value):
 /// the overrideable backward's without a bias.
 fn flash_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
@@ -306,7 +326,7 @@ fn flash_backward(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 }
 
 /// Attention of one block of rows: q [B, Hk*G, L, E], k [B, Hk, S, E], v [B, Hk, S, Ev] ->
-/// (output [B, Hk*G, L, Ev] in `out_dt`, log-sum-exp [B, Hk*G, L] in float32).
+/// (output [B, Hk*G, L, Ev] in `out_dt`, log-sum-exp [B, Hk*G, L] in the accumulation dtype: float32, or float64 for float64).
 #[allow(clippy::too_many_arguments)]
 fn attend(cx: &mut Cx, a: &Attn, q: Value, k: Value, v: Value, bias: Option<&Tensor>, out_dt: DType, v_dt: DType) -> Result<(Value, Value)> {
     let q4 = a.group(cx, q);
@@ -336,7 +356,7 @@ fn attend(cx: &mut Cx, a: &Attn, q: Value, k: Value, v: Value, bias: Option<&Ten
     let out = cx.b.mul(out, invb);
     let out = cx.cast(out, out_dt);
     let out = a.ungroup(cx, out);
-    let lse = cx.cast(lse, DType::F32);
+    let lse = cx.cast(lse, a.acc);
     let lse = cx.b.reshape(lse, &[a.b, a.hk * a.g, a.l]);
     Ok((out, lse))
 }
