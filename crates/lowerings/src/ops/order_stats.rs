@@ -7,6 +7,7 @@
 //! for mode (whose CPU kernel sorts stably for up to 16 elements).
 use crate::args::{Args, Tensor};
 use crate::blocks::reduce::{keep, opt_dtype, reduce, reduce_dims, sort_with_indices, unreduce, Red};
+use crate::blocks::type_names::meta_name;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -336,10 +337,23 @@ fn mode(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn aminmax(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     no_complex(&x, "aminmax")?;
+    for name in ["min", "max"] {
+        if let Some(o) = args.opt_tensor(name)? {
+            check!(
+                o.dtype == x.dtype,
+                Runtime,
+                "Expected out tensor to have dtype {}, but got {} instead",
+                meta_name(x.dtype),
+                meta_name(o.dtype)
+            );
+        }
+    }
     let in_dims = cx.dims(x.v);
     let keepdim = args.bool_or("keepdim", false)?;
     let dims = match args.opt_int("dim")? {
         Some(dim) => {
+            // CPU's reduction kernels index dims with a 64-bit mask.
+            check!(in_dims.len() <= 64, Runtime, "only tensors with up to 64 dims are supported");
             nonempty_dim(&in_dims, dim, "aminmax")?;
             let d = wrap_dim(dim, in_dims.len())?;
             if in_dims.is_empty() { vec![] } else { vec![d as i64] }
@@ -520,6 +534,8 @@ fn renorm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let maxnorm = args.scalar("maxnorm")?.to_f64();
     check!(p > 0.0, Runtime, "renorm: non-positive-norm not supported");
     check!(maxnorm >= 0.0, Runtime, "renorm: expected maxnorm to be >= 0 but got {}", maxnorm);
+    let rank = cx.dims(x.v).len();
+    check!(rank > 1, Runtime, "renorm: input needs at least 2 dimensions, got {} dimensions", rank);
     check!(
         x.dtype.is_float() || x.dtype.is_complex(),
         Runtime,

@@ -579,6 +579,9 @@ fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         x.dtype.torch_name()
     );
     check!(dims.len() == 1 || dims.len() == 2, Runtime, "prob_dist must be 1 or 2 dim");
+    if let Some(out) = args.opt_tensor("out")? {
+        check!(out.dtype == DType::I64, Runtime, "multinomial expects Long tensor out, got: {}", out.dtype.torch_name());
+    }
     check!(n > 0, Runtime, "cannot sample n_sample <= 0 samples");
     let cats = *dims.last().unwrap();
     check!(

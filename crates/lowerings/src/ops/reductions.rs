@@ -180,6 +180,8 @@ fn amax_amin(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
     let raw = args.opt_ints("dim")?.unwrap_or_default();
     zero_numel_check(cx, &x, Some(&raw), name)?;
     let in_dims = cx.dims(x.v);
+    // CPU's reduction kernels index dims with a 64-bit mask.
+    check!(raw.is_empty() || in_dims.len() <= 64, Runtime, "only tensors with up to 64 dims are supported");
     let dims = reduce_dims(Some(raw), in_dims.len(), false)?;
     let keepdim = args.bool_or("keepdim", false)?;
     let r = reduce(cx, x.v, &dims, if is_max { Red::Max } else { Red::Min });

@@ -195,6 +195,10 @@ fn roll(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let shifts = args.ints("shifts")?;
     let dims = args.opt_ints("dims")?.unwrap_or_default();
     let xd = cx.dims(x.v);
+    check!(!shifts.is_empty(), Runtime, "`shifts` required");
+    if let (true, Some(d)) = (xd.is_empty(), dims.first()) {
+        check!(false, Index, "Dimension specified as {} but tensor has no dimensions", d);
+    }
     if dims.is_empty() {
         check!(shifts.len() == 1, Runtime, "shifts and dimensions must align. shifts: {}, dims:{}", shifts.len(), dims.len());
         let n: i64 = xd.iter().product();
@@ -388,7 +392,13 @@ fn narrow_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             "Expected self.dtype() == output.dtype() to be true, but got false.  (Could this error message be improved?  If so, please report an enhancement request to PyTorch.)"
         );
     }
-    let dim = wrap_dim(args.int("dim")?, dims.len())?;
+    let dim = args.int("dim")?;
+    check!(
+        dim < dims.len() as i64,
+        Runtime,
+        "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but got false.  (Could this error message be improved?  If so, please report an enhancement request to PyTorch.)"
+    );
+    let dim = wrap_dim(dim, dims.len())?;
     let mut start = args.int("start")?;
     let length = args.int("length")?;
     let cur = dims[dim];
@@ -403,8 +413,7 @@ fn narrow_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     if start < 0 {
         start += cur;
     }
-    check!(start <= cur - length, Runtime, "start ({}) + length ({}) exceeds dimension size ({}).", start, length, cur);
-    check!(length >= 0, Runtime, "narrow(): length must be non-negative.");
+    check!(length >= 0 && start <= cur - length, Runtime, "start ({}) + length ({}) exceeds dimension size ({}).", start, length, cur);
     let n = dims.len();
     let mut lo = vec![0; n];
     lo[dim] = start;

@@ -457,12 +457,13 @@ fn linalg_cross(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         b.dtype.torch_name()
     );
     let shape = crate::broadcast_shapes(&[da.clone(), db.clone()])?;
-    let dim = wrap_dim(args.int_or("dim", -1)?, shape.len())?;
+    let given = args.int_or("dim", -1)?;
+    let dim = wrap_dim(given, shape.len())?;
     check!(
         da[dim] == 3 && db[dim] == 3,
         Runtime,
         "linalg.cross: inputs dimension {} must have length 3. Got {} and {}",
-        dim,
+        given,
         da[dim],
         db[dim]
     );

@@ -38,11 +38,12 @@ fn multi_margin_checks(cx: &Cx, args: &Args, x: &Tensor, t: &Tensor, w: Option<T
     let (nframe, dim) = if nd <= 1 { (1, if nd == 0 { 1 } else { xd[0] }) } else { (xd[0], xd[1]) };
     check!(valid, Runtime, "Expected non-empty vector or matrix with optional 0-dim batch size, but got: {:?}", xd);
     check!(
-        td.len() <= 1 && cx.numel(t.v) == nframe,
+        (td.len() == 1 && td[0] == nframe) || (nd <= 1 && td.is_empty()),
         Runtime,
-        "inconsistent target size, expected {} but got {:?}",
+        "multi_margin_loss: target tensor should be 1-D with size equal to the number of input samples (batch size). Expected target size [{}], but got {:?}. Input has shape {:?}.",
         nframe,
-        td
+        td,
+        xd
     );
     if let Some(w) = w {
         let wd = cx.dims(w.v);

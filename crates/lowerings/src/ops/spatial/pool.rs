@@ -123,29 +123,16 @@ fn pooled_size(input: i64, k: i64, p: i64, s: i64, d: i64, ceil: bool) -> Result
 }
 
 /// Input rank check of a pooling op (3-D/4-D for 2 spatial dims, 4-D/5-D for 3).
-fn pool_rank_check(dims: &[i64], n: usize, op: &str) -> Result<()> {
-    if n == 2 {
-        check!(
-            dims.len() == 3 || dims.len() == 4,
-            Runtime,
-            "non-empty 3D or 4D (batch mode) tensor expected for input"
-        );
-    } else {
-        check!(
-            dims.len() == 4 || dims.len() == 5,
-            Runtime,
-            "{}: Expected 4D or 5D tensor for input, but got: {}",
-            op,
-            shape_str(dims)
-        );
-    }
+fn pool_rank_check(dims: &[i64], n: usize) -> Result<()> {
+    let rank = dims.len();
+    check!(rank == n + 1 || rank == n + 2, Runtime, "non-empty {}D or {}D (batch mode) tensor expected for input", n + 1, n + 2);
     Ok(())
 }
 
 /// The output spatial sizes of a pooling call, with PyTorch's checks (pool2d_shape_check /
 /// pool3d_shape_check).
 fn pool_out(dims: &[i64], n: usize, w: &Window, op: &str, check_input_size: bool) -> Result<Vec<i64>> {
-    pool_rank_check(dims, n, op)?;
+    pool_rank_check(dims, n)?;
     let sp = &dims[dims.len() - n..];
     let mut out = Vec::new();
     for i in 0..n {
@@ -334,7 +321,7 @@ fn max_pool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let w = window(args, n, op, true)?;
     let dims = cx.dims(x.v);
-    pool_rank_check(&dims, n, op)?;
+    pool_rank_check(&dims, n)?;
     let out = pool_out(&dims, n, &w, op, false)?;
     dtype_check(x.dtype != DType::Bool && !x.dtype.is_complex(), op, x.dtype)?;
     let (v, i) = max_windows(cx, x.v, &w, &out);
@@ -423,7 +410,7 @@ fn avg_pool(cx: &mut Cx, args: &Args, n: usize) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let (w, include_pad, divisor) = avg_pool_args(args, n, op)?;
     let dims = cx.dims(x.v);
-    pool_rank_check(&dims, n, op)?;
+    pool_rank_check(&dims, n)?;
     let out = pool_out(&dims, n, &w, op, n == 3)?;
     avg_dtype_check(n, x.dtype)?;
     let mut out_dims = dims[..dims.len() - n].to_vec();
@@ -621,7 +608,13 @@ fn adaptive_checks(cx: &Cx, x: &crate::Tensor, n: usize, out: &[i64], avg: bool)
             i
         );
     }
-    check!(out.iter().all(|&o| o >= 0), Runtime, "{}: elements of output_size must be greater than or equal to 0 but received {:?}", name, out);
+    if avg {
+        check!(out.iter().all(|&o| o >= 0), Runtime, "{}: elements of output_size must be greater than or equal to 0 but received {:?}", name, out);
+    } else if let Some(&negative) = out.iter().find(|&&o| o < 0) {
+        // CPU's max variants meet it when they allocate their output.
+        let shape: Vec<i64> = dims[..dims.len() - n].iter().chain(out.iter()).copied().collect();
+        check!(false, Runtime, "Trying to create tensor with negative dimension {}: {:?}", negative, shape);
+    }
     let kernel = if n == 2 { name.clone() } else { format!("{}_cpu", name) };
     dtype_check(is_floating(x.dtype), &kernel, x.dtype)
 }
