@@ -138,6 +138,16 @@ void tt_memory_reset(int32_t device, bool peak, bool accumulated);
 const TtResult* tt_memory_info(int32_t device, int64_t* free_bytes, int64_t* total_bytes);
 bool tt_is_initialized(void);
 
+// Device activity for torch.profiler (crates/engine/src/trace.rs): recording on or off, the
+// profiler's correlation id of the aten call now running on this thread (0: none), and the
+// compiles and programs run while recording, each given to `emit` (times in ns since the Unix
+// epoch; host_thread is the compiling thread's id for a compile, -1 for a program).
+void tt_trace_record(bool on);
+void tt_trace_correlation(uint64_t id);
+typedef void (*TtEmitActivity)(void* ctx, const char* name, int64_t name_len, int32_t device, int32_t host_thread,
+                               uint64_t correlation, int64_t start_ns, int64_t end_ns);
+void tt_trace_take(TtEmitActivity emit, void* ctx);
+
 #ifdef __cplusplus
 }
 #endif

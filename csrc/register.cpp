@@ -54,6 +54,7 @@ extern "C" void tt_register_device() {
     using namespace torchtpu;
     register_guard();
     register_allocator();
+    register_profiler();
     install_fault_handler();
     register_hooks();
     register_sdp_choice();

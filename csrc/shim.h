@@ -20,6 +20,7 @@ constexpr auto kTpu = c10::DeviceType::PrivateUse1;
 // What tt_register_device (register.cpp) registers, part by part.
 void register_guard();                                    // guard.cpp
 void register_allocator();                                // allocator.cpp
+void register_profiler();                                 // profiler.cpp
 void register_hooks();                                    // hooks.cpp
 void install_fault_handler();                             // faults.cpp
 void register_sdp_choice();                               // metadata_ops.cpp

@@ -65,6 +65,8 @@ fn main() {
         .include(&out_dir)
         .include(torch_dir.join("include"))
         .include(torch_dir.join("include/torch/csrc/api/include"))
+        // kineto's headers (csrc/profiler.cpp): torch ships them beside its own.
+        .include(torch_dir.join("include/kineto"))
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .flag("-fvisibility=hidden")
         .flag("-w")

@@ -366,8 +366,10 @@ fn run_op_by_op(g: &mut Graph, live: &[Vec<bool>]) -> Result<(), Error> {
             })
             .collect();
         let exe = op.exe.get().map_err(|e| Error::runtime(format!("torchtpu: {} (recorded in fused eager mode): {e}", op.name)))?;
+        let launched_ns = crate::trace::launch_clock();
         let outs = exe.execute(&inputs, device).map_err(|e| deferred_error(op, e))?;
         drop(inputs);
+        crate::trace::launched(|| op.name.clone(), g.device, launched_ns, &outs);
         for input in std::mem::take(&mut g.ops[i].inputs) {
             if let Input::Out(n, o) = input {
                 if plan_uses[n][o] == Some(i) {
@@ -389,6 +391,12 @@ fn run_op_by_op(g: &mut Graph, live: &[Vec<bool>]) -> Result<(), Error> {
     Ok(())
 }
 
+/// A fused program's name in profiles: the ops it holds, in order.
+fn fused_name(g: &Graph) -> String {
+    let ops: Vec<&str> = g.ops.iter().map(|op| op.name.as_str()).collect();
+    format!("torchtpu fused graph ({} ops): {}", ops.len(), ops.join(", "))
+}
+
 /// Runs the graph's fused program: its parameters are the plan's external inputs, its results
 /// the live results in op order. The inputs are released before the results are counted.
 fn run_fused(g: &mut Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedExecutable) -> Result<(), Error> {
@@ -403,8 +411,10 @@ fn run_fused(g: &mut Graph, live: &[Vec<bool>], plan: &Plan, exe: &pjrt::LoadedE
             Input::Out(..) => unreachable!("an external input is a buffer"),
         })
         .collect();
+    let launched_ns = crate::trace::launch_clock();
     let outs = exe.execute(&inputs, rt.device(g.device)?).map_err(|e| Error::runtime(format!("torchtpu: a fused eager graph failed: {}", e.message)))?;
     drop(inputs);
+    crate::trace::launched(|| fused_name(g), g.device, launched_ns, &outs);
     for op in &mut g.ops {
         op.inputs.clear();
     }

@@ -33,6 +33,7 @@ pub mod lock;
 pub mod memory;
 pub mod overlap;
 pub mod runtime;
+pub mod trace;
 pub mod buckets;
 pub mod values;
 pub mod view;

@@ -215,6 +215,7 @@ impl Runtime {
     /// says whether it may take the quick tier.
     pub fn compile(&self, what: &str, text: &str, tiering: Tiering) -> Result<Arc<pjrt::LoadedExecutable>, pjrt::Error> {
         let t0 = std::time::Instant::now();
+        let traced_from = crate::trace::launch_clock();
         let small = takes_quick_tier(text, tiering);
         let (exe, from, quick) = loop {
             let quick = if small { self.quick.lock().unwrap().options.clone() } else { None };
@@ -231,6 +232,7 @@ impl Runtime {
         }
         let seconds = t0.elapsed().as_secs_f64();
         record_program(what, seconds);
+        crate::trace::compiled(what, from, traced_from);
         if log_compiles() {
             let tier = if quick { ", quick tier" } else { "" };
             eprintln!("torchtpu: compile {what}{} {:.1} ms ({from}{tier})", signature(text), seconds * 1e3);

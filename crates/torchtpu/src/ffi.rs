@@ -265,6 +265,27 @@ pub extern "C" fn tt_is_initialized() -> bool {
 }
 
 #[no_mangle]
+pub extern "C" fn tt_trace_record(on: bool) {
+    engine::trace::set_recording(on);
+}
+
+#[no_mangle]
+pub extern "C" fn tt_trace_correlation(id: u64) {
+    engine::trace::set_correlation(id);
+}
+
+pub type EmitActivity =
+    extern "C" fn(ctx: *mut c_void, name: *const c_char, name_len: i64, device: i32, host_thread: i32, correlation: u64, start_ns: i64, end_ns: i64);
+
+#[no_mangle]
+pub extern "C" fn tt_trace_take(emit: EmitActivity, ctx: *mut c_void) {
+    for a in engine::trace::take() {
+        let host_thread = a.host_thread.unwrap_or(-1);
+        emit(ctx, a.name.as_ptr() as *const c_char, a.name.len() as i64, a.device, host_thread, a.correlation, a.start_ns, a.end_ns);
+    }
+}
+
+#[no_mangle]
 pub extern "C" fn tt_synchronize(_device: i32) {
     // Reads wait for their producers; what fused eager mode recorded is started here (a
     // failure of it raises at the next read of its results).

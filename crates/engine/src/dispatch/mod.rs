@@ -192,7 +192,7 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
                 Looked::Entry(e, _) => e,
                 Looked::Resize(..) => unreachable!("size programs write nothing"),
             };
-            let n = read_count(run(&entry, None, args, &scan, held)?, held)?;
+            let n = read_count(run(&entry, &info.qualified, None, args, &scan, held)?, held)?;
             scan.key.push(n as u64);
             Some(n)
         }
@@ -209,7 +209,7 @@ pub fn call(op: i32, args: &[TtArg]) -> Result<CallResult, Error> {
     }
     // (Another thread may have turned the mode off after recording.)
     engine.fused.flush("fused eager turned off")?;
-    let produced = run(&entry, bucket.as_deref(), args, &scan, held)?;
+    let produced = run(&entry, &info.qualified, bucket.as_deref(), args, &scan, held)?;
     if crate::blocking::enabled() {
         // This op's program, waited for: its failures raise here, at the op.
         crate::cell::synchronize()?;

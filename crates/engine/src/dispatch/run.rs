@@ -120,7 +120,7 @@ pub(super) fn returns_of(entry: &Entry, mut made: Vec<Option<Produced>>) -> Vec<
     produced
 }
 
-pub(super) fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
+pub(super) fn run(entry: &Entry, name: &str, bucket: Option<&BucketCall>, args: &[TtArg], scan: &Scan, held: &mut Held) -> Result<Vec<Produced>, Error> {
     for c in &entry.host_checks {
         checks::run_host(c, args)?;
     }
@@ -164,8 +164,11 @@ pub(super) fn run(entry: &Entry, bucket: Option<&BucketCall>, args: &[TtArg], sc
             }
         }
     }
-    let mut outputs = entry.exe.get()?.execute(&inputs, rt.device(device)?)?;
+    let exe = entry.exe.get()?;
+    let launched_ns = crate::trace::launch_clock();
+    let mut outputs = exe.execute(&inputs, rt.device(device)?)?;
     drop(inputs);
+    crate::trace::launched(|| name.to_string(), device, launched_ns, &outputs);
     if let Some(acc) = acc {
         acc.store(outputs.pop().expect("a program with checks returns its check accumulator last"));
     }
