@@ -40,7 +40,7 @@ def test_device_time_per_op_adds_up_to_a_device_bound_loop(strict_eager):
     assert rows["aten::tanh"].self_device_time_total > 0
     events = device_events(prof)
     assert {e.name for e in events} == {"aten::mm", "aten::tanh"} and len(events) == 24
-    assert all(e.time_range.end > e.time_range.start for e in events)
+    assert all(e.time_range.end >= e.time_range.start for e in events)
     busy = sum(e.time_range.elapsed_us() for e in events) / 1e6
     # The device is busy nearly all the loop; the rest is the host's share of each call.
     print(f"device busy {busy:.3f} s of {wall:.3f} s")

@@ -133,7 +133,9 @@ pub fn take() -> Vec<Activity> {
         .map(|l| {
             let end_ns = l.end_ns.lock().unwrap().expect("counted as finished");
             let free = device_free.entry(l.device).or_insert(i64::MIN);
-            let start_ns = l.launched_ns.max(*free).min(end_ns);
+            // A plugin thread can report an end late: one past this program's own end says
+            // nothing of when this one started.
+            let start_ns = if *free <= end_ns { l.launched_ns.max(*free) } else { l.launched_ns.min(end_ns) };
             *free = end_ns;
             Activity { name: l.name, device: l.device, host_thread: None, correlation: l.correlation, start_ns, end_ns }
         })
