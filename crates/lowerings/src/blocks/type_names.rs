@@ -71,6 +71,19 @@ pub(crate) fn tensor_type_name(d: DType) -> String {
 
 /// The dtype check of a second operand against the first, with the message PyTorch's kernels
 /// give (bmm/baddbmm/mv/addmv here; the losses' weights and gradients).
+/// An out= tensor's dtype against the one the op writes, with CPU's message
+/// ("Expected out tensor to have dtype float, but got double instead").
+pub(crate) fn check_out_dtype(expected: DType, out: DType) -> Result<()> {
+    check!(
+        expected == out,
+        Runtime,
+        "Expected out tensor to have dtype {}, but got {} instead",
+        meta_name(expected),
+        meta_name(out)
+    );
+    Ok(())
+}
+
 pub(crate) fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
     check!(
         expected == found,

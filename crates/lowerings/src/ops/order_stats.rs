@@ -7,7 +7,7 @@
 //! for mode (whose CPU kernel sorts stably for up to 16 elements).
 use crate::args::{Args, Tensor};
 use crate::blocks::reduce::{keep, opt_dtype, reduce, reduce_dims, sort_with_indices, unreduce, Red};
-use crate::blocks::type_names::meta_name;
+use crate::blocks::type_names::check_out_dtype;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::DType;
 use crate::error::Result;
@@ -339,13 +339,7 @@ fn aminmax(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     no_complex(&x, "aminmax")?;
     for name in ["min", "max"] {
         if let Some(o) = args.opt_tensor(name)? {
-            check!(
-                o.dtype == x.dtype,
-                Runtime,
-                "Expected out tensor to have dtype {}, but got {} instead",
-                meta_name(x.dtype),
-                meta_name(o.dtype)
-            );
+            check_out_dtype(x.dtype, o.dtype)?;
         }
     }
     let in_dims = cx.dims(x.v);

@@ -7,7 +7,7 @@
 //! accumulate them.
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::blocks::reduce::{identity, keep, opt_dtype, reduce, reduce_dims, scan, sort_with_indices, unreduce, Red};
-use crate::blocks::type_names::meta_name;
+use crate::blocks::type_names::check_out_dtype;
 use crate::cx::{wrap_dim, Cx};
 use crate::dtype::{promote, result_type, DType};
 use crate::error::Result;
@@ -212,21 +212,10 @@ fn max_min(cx: &mut Cx, args: &Args, is_max: bool) -> Result<Vec<Out>> {
     // max.dim_max names its outputs (max, max_values), min.dim_min (min, min_indices).
     let (vname, iname) = if is_max { ("max", "max_values") } else { ("min", "min_indices") };
     if let Some(o) = args.opt_tensor(vname)? {
-        check!(
-            o.dtype == x.dtype,
-            Runtime,
-            "Expected out tensor to have dtype {}, but got {} instead",
-            meta_name(x.dtype),
-            meta_name(o.dtype)
-        );
+        check_out_dtype(x.dtype, o.dtype)?;
     }
     if let Some(o) = args.opt_tensor(iname)? {
-        check!(
-            o.dtype == DType::I64,
-            Runtime,
-            "Expected out tensor to have dtype long int, but got {} instead",
-            meta_name(o.dtype)
-        );
+        check_out_dtype(DType::I64, o.dtype)?;
     }
     zero_numel_check(cx, &x, Some(&[dim]), name)?;
     let keepdim = args.bool_or("keepdim", false)?;
