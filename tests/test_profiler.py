@@ -44,7 +44,7 @@ def test_device_time_per_op_adds_up_to_a_device_bound_loop(strict_eager):
     busy = sum(e.time_range.elapsed_us() for e in events) / 1e6
     # The device is busy nearly all the loop; the rest is the host's share of each call.
     print(f"device busy {busy:.3f} s of {wall:.3f} s")
-    assert 0.8 * wall <= busy <= wall, (busy, wall)
+    assert 0.7 * wall <= busy <= wall, (busy, wall)
 
 
 def test_a_fused_step_is_one_device_event_naming_its_ops():

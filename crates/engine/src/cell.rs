@@ -59,6 +59,7 @@ impl DevBuf {
 /// Waits until every buffer made so far is computed (torch.tpu.synchronize); returns the
 /// first failed computation's error.
 pub fn synchronize() -> Result<(), pjrt::Error> {
+    let mark = crate::trace::sync_mark();
     let (bufs, dropped) = {
         let mut p = PENDING.lock().unwrap();
         (std::mem::take(&mut p.bufs), std::mem::take(&mut p.dropped))
@@ -74,6 +75,7 @@ pub fn synchronize() -> Result<(), pjrt::Error> {
             b.buf.ready()?;
         }
     }
+    crate::trace::synced(mark);
     Ok(())
 }
 

@@ -2,12 +2,13 @@
 //! run is kept with its name, the correlation id of the aten call that launched it (the
 //! profiler's, set by the shim on the calling thread) and when the device ran it.
 //!
-//! The end is the moment the plugin reports the program's results ready. A device runs its
-//! programs in launch order, so a program starts when it was launched or when the one before
-//! it on the device ended, whichever is later. Compiles are kept too, as host activity on the
-//! thread that compiled.
+//! The end is the moment the plugin reports the program's results ready, or a synchronize
+//! that saw them ready before that report came. A device runs its programs in launch order, so
+//! a program ends no later than any program launched after it on that device ends, and starts
+//! when it was launched or when the one before it ended, whichever is later. Compiles are kept
+//! too, as host activity on the thread that compiled.
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// One program run on a device, or one compile on the host.
@@ -25,6 +26,7 @@ pub struct Activity {
 
 /// A launched program whose end is not known yet, in launch order.
 struct Launch {
+    sequence: u64,
     name: String,
     device: i32,
     correlation: u64,
@@ -33,6 +35,7 @@ struct Launch {
 }
 
 static RECORDING: AtomicBool = AtomicBool::new(false);
+static LAUNCHED: AtomicU64 = AtomicU64::new(0);
 
 fn compiles() -> &'static Mutex<Vec<Activity>> {
     static COMPILES: OnceLock<Mutex<Vec<Activity>>> = OnceLock::new();
@@ -90,14 +93,37 @@ pub fn launched(name: impl FnOnce() -> String, device: i32, launched_ns: i64, ou
     let event = outputs.first().and_then(|b| b.ready_event().ok());
     let registered = event.is_some_and(|event| {
         let end = end_ns.clone();
-        event.on_ready(Box::new(move |_| *end.lock().unwrap() = Some(now_ns()))).is_ok()
+        event.on_ready(Box::new(move |_| end_at(&end, now_ns()))).is_ok()
     });
     if !registered {
         // No result to wait for: the program ends where it was launched.
         *end_ns.lock().unwrap() = Some(launched_ns);
     }
     let correlation = CORRELATION.with(|c| c.get());
-    launches().lock().unwrap().push(Launch { name: name(), device, correlation, launched_ns, end_ns });
+    let mut pending = launches().lock().unwrap();
+    let sequence = LAUNCHED.fetch_add(1, Ordering::Relaxed);
+    pending.push(Launch { sequence, name: name(), device, correlation, launched_ns, end_ns });
+}
+
+/// The first end known wins: a report after a synchronize that saw the program done is late.
+fn end_at(end: &Mutex<Option<i64>>, ns: i64) {
+    end.lock().unwrap().get_or_insert(ns);
+}
+
+/// Marks the programs launched so far, before a synchronize waits for them.
+pub fn sync_mark() -> u64 {
+    LAUNCHED.load(Ordering::Relaxed)
+}
+
+/// A synchronize begun at `mark` finished now: every program launched before it has ended.
+pub fn synced(mark: u64) {
+    if !is_recording() {
+        return;
+    }
+    let now = now_ns();
+    for l in launches().lock().unwrap().iter().filter(|l| l.sequence < mark) {
+        end_at(&l.end_ns, now);
+    }
 }
 
 /// Notes a compile (or a load from the persistent cache) that began at `start_ns` (from
@@ -113,9 +139,10 @@ pub fn compiled(what: &str, from: &str, start_ns: i64) {
     compiles().lock().unwrap().push(Activity { name, device: -1, host_thread: Some(thread), correlation, start_ns, end_ns: now_ns() });
 }
 
-/// The activity recorded so far, compiles first, then programs in launch order. The profiler synchronizes the device before
-/// it asks, but a plugin reports a program's end on its own thread: this waits up to a second
-/// for those reports, and leaves a program still running for a later call.
+/// The activity recorded so far, compiles first, then programs in launch order. The profiler
+/// synchronizes the device before it asks, but a plugin reports a program's end on its own
+/// thread: this waits up to a second for those reports, and leaves a program still running for
+/// a later call.
 pub fn take() -> Vec<Activity> {
     let finished_prefix = |pending: &[Launch]| pending.iter().take_while(|l| l.end_ns.lock().unwrap().is_some()).count();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
@@ -126,16 +153,23 @@ pub fn take() -> Vec<Activity> {
         pending = launches().lock().unwrap();
     }
     let finished = finished_prefix(&pending);
-    let mut device_free = std::collections::HashMap::<i32, i64>::new();
     let host = std::mem::take(&mut *compiles().lock().unwrap());
-    let programs: Vec<Activity> = pending
-        .drain(..finished)
-        .map(|l| {
-            let end_ns = l.end_ns.lock().unwrap().expect("counted as finished");
+    let done: Vec<Launch> = pending.drain(..finished).collect();
+    let mut ends: Vec<i64> = done.iter().map(|l| l.end_ns.lock().unwrap().expect("counted as finished")).collect();
+    // A plugin thread can report an end late: a later program's earlier end bounds it.
+    let mut earliest_later_end = std::collections::HashMap::<i32, i64>::new();
+    for (l, end) in done.iter().zip(ends.iter_mut()).rev() {
+        let bound = earliest_later_end.entry(l.device).or_insert(i64::MAX);
+        *end = (*end).min(*bound).max(l.launched_ns);
+        *bound = *end;
+    }
+    let mut device_free = std::collections::HashMap::<i32, i64>::new();
+    let programs: Vec<Activity> = done
+        .into_iter()
+        .zip(ends)
+        .map(|(l, end_ns)| {
             let free = device_free.entry(l.device).or_insert(i64::MIN);
-            // A plugin thread can report an end late: one past this program's own end says
-            // nothing of when this one started.
-            let start_ns = if *free <= end_ns { l.launched_ns.max(*free) } else { l.launched_ns.min(end_ns) };
+            let start_ns = l.launched_ns.max(*free).min(end_ns);
             *free = end_ns;
             Activity { name: l.name, device: l.device, host_thread: None, correlation: l.correlation, start_ns, end_ns }
         })
