@@ -1,5 +1,6 @@
 """Bad inputs that TorchCTS's OpInfo error samples found accepted on tpu, or refused with another
-message than CPU's: on tpu each raises CPU's exception class and message."""
+message than CPU's: on tpu each raises CPU's exception class and message. Checks of values (CPU
+reads them on the host) raise at the next synchronization, here the `.cpu()`."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,22 @@ CASES = {
     "multi_margin_loss, a 0-d target for a batch": lambda d: F.multi_margin_loss(torch.ones(5, 4, device=d), long().to(d)),
     "multinomial into a float64 out": lambda d: torch.multinomial(
         torch.ones(1, 2, dtype=torch.float64, device=d), 1, out=torch.empty(1, 1, dtype=torch.float64, device=d)),
+    "gather out of another dtype": lambda d: torch.gather(
+        torch.ones(2, 2, device=d), 1, long(2, 2).to(d), out=torch.empty(2, 2, dtype=torch.float64, device=d)),
+    "masked_fill of long with a complex value tensor": lambda d: torch.ones(2, dtype=torch.long, device=d).masked_fill(
+        torch.tensor(True, device=d), torch.tensor(1j, device=d)).cpu(),
+    "masked_fill of float with a complex value tensor": lambda d: torch.ones(2, 2, device=d).masked_fill(
+        torch.tensor([True, False], device=d), torch.tensor(2 - 1j, device=d)).cpu(),
 }
+
+INF, NAN = float("inf"), float("nan")
+# multinomial's probabilities: sampling by keys (without replacement), then by the cumulative
+# sum (with), where the first bad entry in row order names the error.
+for rows in ([[1.0, -1.0, 1.0]], [[1.0, INF, 1.0]], [[1.0, -INF, 1.0]], [[1.0, 1.0, NAN]], [[0.0, 0.0, 0.0]],
+             [[0.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [1.0, -1.0]], [[0.0, 0.0], [INF, 1.0]], [[1.0, INF], [1.0, -1.0]]):
+    for replacement in (False, True):
+        CASES[f"multinomial of {rows}, replacement={replacement}"] = (
+            lambda d, rows=rows, r=replacement: torch.multinomial(torch.tensor(rows, device=d), 2, replacement=r).cpu())
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -45,7 +61,9 @@ def test_bad_input_raises_cpus_error(name):
         call("cpu")
     with pytest.raises(type(cpu.value)) as tpu:
         call(TPU)
-    assert str(tpu.value) == str(cpu.value)
+    # A check of values raised at the synchronization adds which op it came from.
+    message = str(tpu.value).split("\n(from an earlier op")[0]
+    assert message == str(cpu.value)
 
 
 def test_accepted_neighbours_of_those_inputs_match_cpu():
@@ -57,3 +75,8 @@ def test_accepted_neighbours_of_those_inputs_match_cpu():
     assert torch.allclose(F.multi_margin_loss(torch.arange(4.0, device=TPU), t.to(TPU)).cpu(), F.multi_margin_loss(torch.arange(4.0), t))
     y = torch.randn(3, 4)
     assert torch.allclose(torch.renorm(y.to(TPU), 2.0, 0, 1.0).cpu(), torch.renorm(y, 2.0, 0, 1.0), atol=1e-6)
+    filled = torch.ones(2, dtype=torch.long, device=TPU).masked_fill(torch.tensor(True, device=TPU), torch.tensor(3 + 0j, device=TPU))
+    assert filled.tolist() == [3, 3]
+    for replacement in (False, True):
+        drawn = torch.multinomial(torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 2.0]], device=TPU), 1, replacement=replacement)
+        assert drawn.tolist() == [[1], [2]]

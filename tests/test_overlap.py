@@ -35,6 +35,14 @@ CASES = {
     "copy_ from a shifted view of itself": (lambda d: (lambda x: x[1:].copy_(x[:-1]))(span(d)), PARTIAL),
     "add_ of its own transpose": (lambda d: (lambda x: x.t().add_(x))(torch.ones(3, 3, device=d)), PARTIAL),
     "cat out= partly over its input": (lambda d: (lambda x: torch.cat([x[:2]], out=x[1:3]))(torch.ones(4, device=d)), PARTIAL),
+    # Ops whose output elements are not their input's elements in place: out= the input itself
+    # is refused too.
+    "cat out= its input": (lambda d: (lambda x: torch.cat([x], out=x))(span(d)), PARTIAL),
+    "gather out= its input": (lambda d: (lambda x: torch.gather(x, 0, torch.arange(10, device=d).flip(0), out=x))(span(d)), PARTIAL),
+    "index_select out= its input": (lambda d: (lambda x: torch.index_select(x, 0, torch.arange(10, device=d), out=x))(span(d)), PARTIAL),
+    "masked_select out= its input": (lambda d: (lambda x: torch.masked_select(x, x >= 0, out=x))(span(d)), PARTIAL),
+    "take out= its input": (lambda d: (lambda x: torch.take(x, torch.arange(10, device=d), out=x))(span(d)), PARTIAL),
+    "kthvalue out= its input": (lambda d: (lambda x: torch.kthvalue(x, 5, out=(x, torch.empty((), dtype=torch.long, device=d))))(span(d)), PARTIAL),
     # Allowed on CPU: each copy of an element gets one value, or the views are the same.
     "fill_ on expand": (lambda d: expanded(d).fill_(2.0), None),
     "zero_ on expand": (lambda d: expanded(d).zero_(), None),

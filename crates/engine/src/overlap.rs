@@ -15,6 +15,10 @@ use crate::error::Error;
 /// stores what CPU stores (fills, and threshold_, a function of the element alone).
 const REPEATS_ALLOWED: &[&str] = &["fill", "zero", "threshold"];
 
+/// Ops whose CPU kernels refuse an out= that shares any memory with an input, all of it too
+/// (`assert_no_overlap`): an output element is not a function of the input element it replaces.
+const ANY_OVERLAP_REFUSED: &[&str] = &["cat", "gather", "index_select", "masked_select", "take", "kthvalue"];
+
 /// Ops whose CPU kernels do not check their out= against their inputs (products).
 const PARTIAL_OVERLAP_ALLOWED: &[&str] = &["mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "addr", "addbmm", "dot", "vdot"];
 
@@ -32,8 +36,9 @@ pub fn check(base: &str, args: &[TtArg], written: &[usize]) -> Result<(), Error>
             if PARTIAL_OVERLAP_ALLOWED.contains(&base) {
                 continue;
             }
+            let shared = if ANY_OVERLAP_REFUSED.contains(&base) { any_shared } else { partly_shared };
             let read = args.iter().enumerate().filter(|(i, _)| *i != w).flat_map(|(_, a)| tensors(a));
-            if read.into_iter().any(|r| partly_shared(t, r)) {
+            if read.into_iter().any(|r| shared(t, r)) {
                 return Err(Error::runtime(PARTIAL));
             }
         }
@@ -73,18 +78,29 @@ fn aliases_elements(t: &TtTensor) -> bool {
 /// PyTorch's "MemOverlapStatus::Partial" between two dense tensors of one storage: their byte
 /// ranges intersect, and they are not the same range read with the same strides.
 fn partly_shared(a: &TtTensor, b: &TtTensor) -> bool {
+    match byte_ranges(a, b) {
+        Some((ra, rb)) if ra == rb => a.strides() != b.strides(),
+        Some(((a0, a1), (b0, b1))) => a0 < b1 && b0 < a1,
+        None => false,
+    }
+}
+
+/// PyTorch's "Partial" or "Full" between two dense tensors of one storage.
+fn any_shared(a: &TtTensor, b: &TtTensor) -> bool {
+    byte_ranges(a, b).is_some_and(|((a0, a1), (b0, b1))| a0 < b1 && b0 < a1)
+}
+
+/// The byte ranges of two non-empty dense tensors of one storage (None: PyTorch's
+/// "No" or "TooHard", which it does not refuse).
+fn byte_ranges(a: &TtTensor, b: &TtTensor) -> Option<((i64, i64), (i64, i64))> {
     if a.cell != b.cell || numel(a) == 0 || numel(b) == 0 || !non_overlapping_and_dense(a) || !non_overlapping_and_dense(b) {
-        return false;
+        return None;
     }
     let range = |t: &TtTensor| {
         let size = DType::from_code(t.dtype).map_or(1, DType::size) as i64;
         (t.offset * size, (t.offset + numel(t)) * size)
     };
-    let ((a0, a1), (b0, b1)) = (range(a), range(b));
-    if (a0, a1) == (b0, b1) {
-        return a.strides() != b.strides();
-    }
-    a0 < b1 && b0 < a1
+    Some((range(a), range(b)))
 }
 
 fn numel(t: &TtTensor) -> i64 {

@@ -232,6 +232,22 @@ impl Cx {
         self.checks.push(Check { kind, messages, eval: CheckEval::Device(bad) });
     }
 
+    /// A check of data whose outcome is a code: the int64 scalar `code` is 0 when the data
+    /// passes, else 1 + the index into `messages` of the error raised at the next synchronization.
+    pub fn add_code_check(&mut self, code: Value, kind: ErrorKind, messages: Vec<String>) {
+        let code = self.b.reshape(code, &[1]);
+        let rest = self.const_i64(0, &[2]);
+        let row = self.b.concatenate(&[code, rest], 0);
+        self.add_check(row, kind, messages);
+    }
+
+    /// A check of one condition on data: `message` raises at the next synchronization when
+    /// the boolean scalar `failed` is true.
+    pub fn add_condition_check(&mut self, failed: Value, kind: ErrorKind, message: String) {
+        let code = self.b.convert(failed, ElemType::I64);
+        self.add_code_check(code, kind, vec![message]);
+    }
+
     /// In a bucketed program, a position in the padded broadcast `shape` as the position of
     /// the same element in the real one (PyTorch's report). The first failure is always a real
     /// element: padding repeats the last real index along each dim. Elsewhere, and for one

@@ -69,8 +69,6 @@ pub(crate) fn tensor_type_name(d: DType) -> String {
     format!("torch.{}Tensor", d.torch_name())
 }
 
-/// The dtype check of a second operand against the first, with the message PyTorch's kernels
-/// give (bmm/baddbmm/mv/addmv here; the losses' weights and gradients).
 /// An out= tensor's dtype against the one the op writes, with CPU's message
 /// ("Expected out tensor to have dtype float, but got double instead").
 pub(crate) fn check_out_dtype(expected: DType, out: DType) -> Result<()> {
@@ -84,6 +82,8 @@ pub(crate) fn check_out_dtype(expected: DType, out: DType) -> Result<()> {
     Ok(())
 }
 
+/// The dtype check of a second operand against the first, with the message PyTorch's kernels
+/// give (bmm/baddbmm/mv/addmv here; the losses' weights and gradients).
 pub(crate) fn check_scalar_type(expected: DType, found: DType) -> Result<()> {
     check!(
         expected == found,

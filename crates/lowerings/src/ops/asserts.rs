@@ -2,7 +2,6 @@
 //! synchronization like the index checks (`Cx::check_index`).
 use crate::args::Args;
 use crate::cx::Cx;
-use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
 use crate::{check, one, Out, op, Op};
 use stablehlo::CmpDir;
@@ -28,11 +27,7 @@ fn assert_async(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let v = cx.reshape(x.v, &[]);
     let zero = cx.full(0.0, x.dtype, &[]);
     let is_zero = cx.compare(CmpDir::Eq, v, zero);
-    let bad = cx.cast(is_zero, DType::I64);
-    let bad = cx.reshape(bad, &[1]);
-    let rest = cx.full(0.0, DType::I64, &[2]);
-    let row = cx.concatenate(&[bad, rest], 0);
-    cx.add_check(row, ErrorKind::Runtime, vec![msg]);
+    cx.add_condition_check(is_zero, ErrorKind::Runtime, msg);
     match args.opt_tensor("dep_token")? {
         Some(t) => one(t.v),
         None => Ok(vec![]),

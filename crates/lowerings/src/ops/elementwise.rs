@@ -4,10 +4,10 @@
 use crate::args::{Arg, Args, Scalar};
 use crate::blocks::operands::{float_result, operands, pair, Operand};
 use crate::blocks::nan::{is_nan, nan_min_max};
-use crate::blocks::type_names::meta_name;
+use crate::blocks::type_names::{convert_type_name, meta_name};
 use crate::cx::Cx;
 use crate::dtype::{result_type, DType};
-use crate::error::{Result, TorchError};
+use crate::error::{ErrorKind, Result, TorchError};
 use crate::{bail, check, one, Out, op, Op, ops};
 use stablehlo::{CmpDir, Value};
 
@@ -594,6 +594,16 @@ fn masked_fill(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
                 "masked_fill_ only supports a 0-dimensional value tensor, but got tensor with {} dimension(s).",
                 cx.dims(t.v).len()
             );
+            if t.dtype.is_complex() && !x.dtype.is_complex() && x.dtype != DType::Bool {
+                // CPU reads the value on the host and refuses an imaginary part; here the device
+                // checks it, raising at the next synchronization (at the op in launch-blocking mode).
+                let im = cx.imag(t.v);
+                let im = cx.reshape(im, &[]);
+                let zero = cx.full(0.0, t.dtype.to_real(), &[]);
+                let imaginary = cx.compare(CmpDir::Ne, im, zero);
+                let message = format!("value cannot be converted to type {} without overflow", convert_type_name(x.dtype));
+                cx.add_condition_check(imaginary, ErrorKind::Runtime, message);
+            }
             cx.cast(t.v, x.dtype)
         }
         _ => {

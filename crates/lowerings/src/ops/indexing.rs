@@ -11,7 +11,7 @@
 use crate::args::{Arg, Args, Scalar, Tensor};
 use crate::blocks::consts::{extremes, I64};
 use crate::blocks::gather::{along_coords, combine, compact_positions, gather_points, index_select_check, inverse_perm, is_index_dtype, nonempty, nonzero_coords, numel, scatter_along, scatter_points, take_along, Combine};
-use crate::blocks::type_names::shape_str;
+use crate::blocks::type_names::{check_out_dtype, shape_str};
 use crate::cx::{broadcast_shapes, wrap_dim, Bound, Cx};
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
@@ -104,6 +104,9 @@ fn index_select(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn gather(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let index = args.tensor("index")?;
+    if let Some(out) = args.opt_tensor("out")? {
+        check_out_dtype(x.dtype, out.dtype)?;
+    }
     let xd = cx.dims(x.v);
     let id = cx.dims(index.v);
     // PyTorch checks the index dtype only when there is something to gather.

@@ -12,7 +12,7 @@ use crate::args::{Args, Tensor};
 use crate::blocks::loops::{loop_more, next_count};
 use crate::cx::Cx;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{ErrorKind, Result};
 use crate::{check, one, Out, op, Op};
 use stablehlo::{Builder, CmpDir, ElemType, Ex, RngAlgorithm, TensorType, Value, E};
 
@@ -599,6 +599,7 @@ fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let acc = if double { DType::F64 } else { DType::F32 };
     let p = cx.cast(x.v, acc);
     let p = cx.reshape(p, &[rows, cats]);
+    check_probabilities(cx, p, !replacement || n == 1);
     let state = args.generator("generator")?;
     let idx = if !replacement || n == 1 {
         let (_, u) = uniform_open(&mut cx.b, state, &[rows, cats], double);
@@ -625,6 +626,68 @@ fn multinomial(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         cx.min(cnt, last)
     };
     one(cx.reshape(idx, &out_dims))
+}
+
+/// CPU's checks of multinomial's probabilities (made on the host there; here on the device,
+/// raising at the next synchronization). Sampling by keys (without replacement, or one sample)
+/// refuses any inf, NaN or negative entry, then any row summing to zero. Sampling by the
+/// cumulative sum refuses the first bad entry in row order, each row's sum checked after its
+/// entries, as CPU's loop meets them.
+fn check_probabilities(cx: &mut Cx, p: Value, by_keys: bool) {
+    use crate::blocks::reduce::{reduce, Red};
+    let dims = cx.dims(p);
+    let (rows, cats) = (dims[0], dims[1]);
+    let sums = reduce(cx, p, &[1], Red::Sum);
+    let (code, messages) = if by_keys {
+        let e = Ex::new(cx);
+        let pe = e.of(p);
+        let bad = (!pe.ge(0.0) | pe.eq(f64::INFINITY)).cast(ElemType::I64).v;
+        let zero_sum = e.of(sums).eq(0.0).cast(ElemType::I64).v;
+        drop(e);
+        let bad = reduce(cx, bad, &[0, 1], Red::Max);
+        let zero_sum = reduce(cx, zero_sum, &[0], Red::Max);
+        let e = Ex::new(cx);
+        let (bad, zero_sum) = (e.of(bad), e.of(zero_sum));
+        let code = bad.gt(0.0).select(bad, zero_sum * 2.0).v;
+        drop(e);
+        let messages = vec![
+            "probability tensor contains either `inf`, `nan` or element < 0",
+            "invalid multinomial distribution (sum of probabilities <= 0)",
+        ];
+        (code, messages)
+    } else {
+        // Each entry's code (1: < 0 or NaN, 2: infinite), then its row's (3: sum <= 0); the
+        // first nonzero code in that order is the error, found as the least position * 4 + code.
+        let e = Ex::new(cx);
+        let pe = e.of(p);
+        let negative = (!pe.ge(0.0)).cast(ElemType::I64);
+        let infinite = (!pe.is_finite()).cast(ElemType::I64);
+        let entries = negative.gt(0.0).select(negative, infinite * 2.0).v;
+        let row_sum = (e.of(sums).le(0.0).cast(ElemType::I64) * 3.0).v;
+        drop(e);
+        let row_sum = cx.reshape(row_sum, &[rows, 1]);
+        let codes = cx.concatenate(&[entries, row_sum], 1);
+        let n = rows * (cats + 1);
+        let codes = cx.reshape(codes, &[n]);
+        let positions = cx.iota(&TensorType::new(ElemType::I64, &[n]), 0);
+        let none = (4 * n + 4) as f64;
+        let e = Ex::new(cx);
+        let (c, at) = (e.of(codes), e.of(positions));
+        let keys = c.gt(0.0).select(at * 4.0 + c, none).v;
+        drop(e);
+        let first = reduce(cx, keys, &[0], Red::Min);
+        let e = Ex::new(cx);
+        let first = e.of(first);
+        let code = first.eq(none).select(0.0, first % 4.0).v;
+        drop(e);
+        let messages = vec![
+            "invalid multinomial distribution (encountering probability entry < 0)",
+            "invalid multinomial distribution (encountering probability entry = infinity or NaN)",
+            "invalid multinomial distribution (sum of probabilities <= 0)",
+        ];
+        (code, messages)
+    };
+    cx.add_code_check(code, ErrorKind::Runtime, messages.into_iter().map(String::from).collect());
 }
 
 /// randperm.generator_out(n, generator, out): a random permutation of 0..n (random keys
