@@ -11,15 +11,19 @@ namespace {
 // access (abi.h). A DeviceAllocator, so that torch.accelerator's memory functions work on
 // "tpu"; nothing is cached here: a device buffer is freed when its last storage dies.
 
-void release_cell(void* cell) { tt_cell_release(cell); }
+void release_cell(void* cell) {
+  memory_history_free(cell);
+  tt_cell_release(cell);
+}
 
-c10::DataPtr cell_data_ptr(void* cell, c10::Device device) {
+c10::DataPtr cell_data_ptr(void* cell, size_t nbytes, c10::Device device) {
   void* address = tt_cell_address(cell);
   if (!address) {
     tt_cell_release(cell);
     throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
                                 "tpu out of memory: the storage is larger than the device address space");
   }
+  memory_history_alloc(cell, address, nbytes, device.index());
   return {address, cell, &release_cell, device};
 }
 
@@ -33,7 +37,7 @@ void copy_stat(const TtStat& from, c10::CachingAllocator::Stat& to) {
 struct TpuAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     auto device = c10::Device(kTpu, current_device);
-    return cell_data_ptr(tt_cell_new((int64_t)nbytes, current_device), device);
+    return cell_data_ptr(tt_cell_new((int64_t)nbytes, current_device), nbytes, device);
   }
   // raw_allocate/raw_deallocate hand out bare data pointers, which cannot carry the cell.
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -86,6 +90,10 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   auto* impl = storage.unsafeGetStorageImpl();
   void* address = tt_cell_address(cell);
   TORCH_CHECK_WITH(OutOfMemoryError, address, "tpu out of memory: the storage is larger than the device address space");
+  if (address != storage.data_ptr().get() || nbytes != storage.nbytes()) {
+    memory_history_free(cell);
+    memory_history_alloc(cell, address, nbytes, storage.device().index());
+  }
   if (address != storage.data_ptr().get()) {
     c10::DataPtr old = impl->set_data_ptr(c10::DataPtr(address, cell, &release_cell, storage.device()));
     (void)old.release_context();  // the cell now belongs to the new DataPtr
@@ -96,7 +104,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
 at::Tensor wrap_cell(void* cell, at::ScalarType dtype, c10::IntArrayRef sizes, c10::DeviceIndex device) {
   int64_t numel = c10::multiply_integers(sizes);
   size_t nbytes = (size_t)numel * c10::elementSize(dtype);
-  c10::DataPtr data = cell_data_ptr(cell, c10::Device(kTpu, device));
+  c10::DataPtr data = cell_data_ptr(cell, nbytes, c10::Device(kTpu, device));
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(data), allocator, true);
   auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage),
                                                     c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),

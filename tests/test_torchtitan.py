@@ -1,8 +1,11 @@
 """TorchTitan (0.3) trains its llama3 debugmodel on "tpu" with FSDP2 over 2 torchrun processes,
 on a tokenizer and data set the test makes: the loss goes down and equals a 1-process run on the
 same global batches (both start from one seed checkpoint: DTensor's sharded init differs from the
-unsharded one). scripts/setup.sh installs torchtitan."""
+unsharded one). The 1-process run also writes TorchTitan's memory snapshots (torch.tpu.memory).
+scripts/setup.sh installs torchtitan."""
+import glob
 import os
+import pickle
 import re
 import socket
 import subprocess
@@ -52,9 +55,18 @@ def test_llama_fsdp2_two_processes_matches_one(tmp_path):
     _titan(tmp_path, 1, "data_1p", 4, "--checkpoint.enable", "--checkpoint.create_seed_checkpoint",
            "--checkpoint.folder", str(seed))
     load = ["--checkpoint.enable", "--checkpoint.load_only", "--checkpoint.initial_load_path", str(seed / "step-0")]
-    one = _titan(tmp_path, 1, "data_1p", 4, *load, "--checkpoint.folder", str(tmp_path / "ck1"))
+    one = _titan(tmp_path, 1, "data_1p", 4, *load, "--checkpoint.folder", str(tmp_path / "ck1"),
+                 "--profiler.enable_memory_snapshot", "--profiler.memory_snapshot_freq", "4")
     two = _titan(tmp_path, 2, "data_2p", 2, *load, "--checkpoint.folder", str(tmp_path / "ck2"))
     assert sorted(one) == sorted(two) == list(range(1, 9)), (one, two)
     for step in one:
         assert two[step] == pytest.approx(one[step], abs=2e-4), (step, one, two)
     assert sum(one[s] for s in (6, 7, 8)) / 3 < one[1] - 0.5, one
+    # TorchTitan's memory snapshots (steps 4 and 8), in CUDA's format, with its frames.
+    dumps = sorted(glob.glob(str(tmp_path / "out1" / "**" / "*.pickle"), recursive=True))
+    assert len(dumps) == 2, dumps
+    with open(dumps[-1], "rb") as f:
+        snapshot = pickle.load(f)
+    files = {fr["filename"] for s in snapshot["segments"] for fr in s["frames"]}
+    assert any("torchtitan" in f for f in files), sorted(files)[:20]
+    assert {e["action"] for e in snapshot["device_traces"][0]} >= {"alloc", "free_completed"}

@@ -28,6 +28,11 @@ def _is_in_bad_fork():
     return _C.in_bad_fork()
 
 
+def init():
+    """Starts the device now (torch.cuda.init); raises RuntimeError saying why when it cannot."""
+    _lazy_init()
+
+
 def is_initialized():
     return _C.is_initialized()
 
@@ -441,3 +446,9 @@ def is_fused_eager():
 def lowered_ops():
     """The aten ops with a native lowering."""
     return list(_C.lowered_ops())
+
+
+# torch.tpu.memory (memory history and snapshots) and torch.tpu.memory_summary, as torch.cuda's;
+# imported last: it reads this module's functions.
+from . import memory  # noqa: E402
+from .memory import memory_summary  # noqa: E402,F401

@@ -12,6 +12,8 @@ extern "C" {
     fn tt_register_device();
     fn tt_generator_set(device: i32, seed: u64, offset: u64);
     fn tt_generator_get(device: i32, seed: *mut u64, offset: *mut u64);
+    fn tt_memory_history_record(enabled: i32, context: i32, cpp_frames: i32, max_entries: u64);
+    fn tt_memory_history_snapshot(take: extern "C" fn(*mut std::ffi::c_void, *const u8, usize), ctx: *mut std::ffi::c_void);
 }
 
 /// A client-create option's value as Python gives it (bool before int: a bool is an int there).
@@ -107,6 +109,26 @@ fn memory_stats(device: i32) -> PyResult<(StatTuple, StatTuple, StatTuple)> {
     flush_recorded("memory statistics")?;
     let (buffers, bytes) = engine::memory::stats(device);
     Ok((stat_tuple(buffers), stat_tuple(bytes), stat_tuple(engine::memory::reserved(device))))
+}
+
+/// Starts, changes or stops the memory history (csrc/memory_history.cpp; levels as there).
+#[pyfunction]
+fn memory_history_record(enabled: i32, context: i32, cpp_frames: bool, max_entries: u64) {
+    unsafe { tt_memory_history_record(enabled, context, cpp_frames as i32, max_entries) }
+}
+
+/// The memory history's live storages and events, as JSON (csrc/memory_history.cpp).
+#[pyfunction]
+fn memory_history_snapshot(py: Python<'_>) -> String {
+    extern "C" fn take(ctx: *mut std::ffi::c_void, json: *const u8, len: usize) {
+        let out = unsafe { &mut *(ctx as *mut String) };
+        *out = String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(json, len) }).into_owned();
+    }
+    let mut json = String::new();
+    // Symbolizing Python frames takes the GIL itself.
+    let ctx = &mut json as *mut String as usize;
+    py.allow_threads(|| unsafe { tt_memory_history_snapshot(take, ctx as *mut std::ffi::c_void) });
+    json
 }
 
 /// Starts new peaks and/or zeroes the allocated and freed totals of a device.
@@ -513,6 +535,8 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_info, m)?)?;
     m.add_function(wrap_pyfunction!(device_attributes, m)?)?;
     m.add_function(wrap_pyfunction!(synchronize, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_history_record, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_history_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(wait_before_exit, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
     m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
