@@ -9,7 +9,6 @@ import json
 import pickle
 import sys
 
-
 from . import _C
 from . import device as _device
 
