@@ -71,3 +71,28 @@ def test_corrupted_entries_are_recompiled(tmp_path):
     assert again["stats"]["disk_writes"] == cold["stats"]["disk_writes"]
     assert close(again["y"], expected())
 
+
+
+def test_compile_stats_reset_starts_the_counts_over_and_keeps_the_programs():
+    import torch
+
+    from helpers import TPU
+
+    was = torch.tpu.is_fused_eager()
+    torch.tpu.set_fused_eager(False)
+    try:
+        x = torch.randn(7, 19, device=TPU)
+        (x.atan() * 3).cpu()
+        before = torch.tpu.compile_stats(reset=True)
+        assert before["misses"] + before["hits"] > 0 and before["executions"] > 0
+        after = torch.tpu.compile_stats()
+        assert (after["hits"], after["misses"], after["executions"], after["compile_seconds"]) == (0, 0, 0, 0.0)
+        assert after["ops"] == {} and after["fused"]["ops"] == 0
+        assert all(v == 0.0 for v in after["phases"].values())
+        (x.atan() * 3).cpu()  # cached: hits only
+        again = torch.tpu.compile_stats()
+        assert again["misses"] == 0 and again["hits"] >= 2 and again["executions"] >= 2
+        torch.randn(7, 23, device=TPU).atan().cpu()  # a new shape compiles
+        assert torch.tpu.compile_stats()["misses"] >= 1
+    finally:
+        torch.tpu.set_fused_eager(was)

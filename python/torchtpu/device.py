@@ -379,17 +379,22 @@ def live_buffers():
     return _C.live_buffers()
 
 
-def compile_stats():
+def compile_stats(reset=False):
     """Executable cache statistics (hits, misses, compile seconds, executions, persistent
     cache hits/writes/rejections, bucketed programs); under "phases" where compile_seconds went
     (lower: lowering and assembling programs; xla_compile; cache_load and cache_store: the
     persistent cache), under "ops" per op its programs (compiled or loaded) and seconds, and
     under "graphs" one entry per torch.compile graph, and under "fused" fused eager mode's
-    graphs run, runs as one fused program, ops recorded and fused programs compiled."""
+    graphs run, runs as one fused program, ops recorded and fused programs compiled.
+    reset=True returns the counts so far and starts them over from zero (the programs stay
+    cached, and each graph's "calls" start over)."""
     from .compile import diagnostics
 
     stats = dict(_C.compile_stats())
     stats["graphs"] = diagnostics.graph_stats()
+    if reset:
+        _C.compile_stats_reset()
+        diagnostics.reset_graph_calls()
     return stats
 
 

@@ -196,6 +196,10 @@ pub fn seconds() -> f64 {
     NANOS.load(Ordering::Relaxed) as f64 * 1e-9
 }
 
+pub fn reset_seconds() {
+    NANOS.store(0, Ordering::Relaxed);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

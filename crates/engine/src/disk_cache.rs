@@ -18,6 +18,12 @@ pub static DISK_HITS: AtomicU64 = AtomicU64::new(0);
 pub static DISK_WRITES: AtomicU64 = AtomicU64::new(0);
 pub static DISK_REJECTED: AtomicU64 = AtomicU64::new(0);
 
+pub fn reset_counts() {
+    for c in [&DISK_HITS, &DISK_WRITES, &DISK_REJECTED] {
+        c.store(0, Ordering::Relaxed);
+    }
+}
+
 /// 64-bit FNV-1a, seeded: fast enough for plugin files (hundreds of MB) and cache keys.
 pub fn hash64(seed: u64, bytes: &[u8]) -> u64 {
     let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;

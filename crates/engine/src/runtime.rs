@@ -40,6 +40,10 @@ pub fn compile_times() -> CompileTimes {
     TIMES.lock().unwrap().clone().unwrap_or_default()
 }
 
+pub fn reset_compile_times() {
+    *TIMES.lock().unwrap() = None;
+}
+
 /// Adds to the compile times (a leaf lock: nothing is called while it is held).
 fn record(f: impl FnOnce(&mut CompileTimes)) {
     f(TIMES.lock().unwrap().get_or_insert_with(CompileTimes::default))

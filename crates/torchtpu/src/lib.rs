@@ -316,6 +316,15 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     Ok(d)
 }
 
+/// Starts the counts compile_stats reports over from zero.
+#[pyfunction]
+fn compile_stats_reset(py: Python<'_>) {
+    if engine::runtime::is_initialized() {
+        py.allow_threads(wait_for_background_work);
+    }
+    engine::dispatch::reset_stats();
+}
+
 /// Turns launch-blocking mode on or off (engine blocking.rs).
 #[pyfunction]
 fn set_launch_blocking(on: bool) -> PyResult<()> {
@@ -539,6 +548,7 @@ fn _C(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory_history_snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(wait_before_exit, m)?)?;
     m.add_function(wrap_pyfunction!(compile_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(compile_stats_reset, m)?)?;
     m.add_function(wrap_pyfunction!(set_fused_eager, m)?)?;
     m.add_function(wrap_pyfunction!(set_launch_blocking, m)?)?;
     m.add_function(wrap_pyfunction!(launch_blocking, m)?)?;

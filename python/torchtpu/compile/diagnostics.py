@@ -107,6 +107,11 @@ def explain_recompile(gm, example_inputs):
     return cid.frame_id
 
 
+def reset_graph_calls():
+    for g in graphs:
+        g["calls"] = 0
+
+
 def graph_stats():
     """Per compiled graph: its frame, kind, calls, and the first call's seconds (compile + run)."""
     out = []

@@ -212,3 +212,15 @@ pub fn stats() -> Stats {
     s.compile_seconds += compile_pool::seconds();
     s
 }
+
+/// Starts the counts of `stats`, fused eager mode's, the compile times and the persistent
+/// cache's over from zero (torch.tpu.compile_stats(reset=True)); cached programs stay.
+pub fn reset_stats() {
+    with_engine(|e| {
+        e.stats = Stats::default();
+        e.fused.stats = Default::default();
+    });
+    compile_pool::reset_seconds();
+    crate::runtime::reset_compile_times();
+    crate::disk_cache::reset_counts();
+}

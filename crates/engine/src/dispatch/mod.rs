@@ -8,7 +8,7 @@ mod lookup;
 mod record;
 mod run;
 
-pub use cache::{stats, BucketCall, Stats};
+pub use cache::{reset_stats, stats, BucketCall, Stats};
 pub use key::KeyHasher;
 
 use crate::abi::*;
