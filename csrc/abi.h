@@ -105,6 +105,9 @@ const TtResult* tt_cell_resize(void* cell, int64_t nbytes);
 const TtResult* tt_cell_copy_bytes(void* dst, const void* src, int64_t nbytes);
 const TtResult* tt_to_host(const TtTensor* src, void* dst, int64_t nbytes);
 const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbytes);
+// The memory history's notes of a storage's birth (or move or growth) and release.
+void tt_history_alloc(void* cell, const void* address, size_t nbytes, int32_t device);
+void tt_history_free(void* cell);
 
 // Aten ops ("name" or "name.overload") whose composite kernels the fallback must override:
 // NUL-separated, ending with an empty name.

@@ -12,7 +12,7 @@ namespace {
 // "tpu"; nothing is cached here: a device buffer is freed when its last storage dies.
 
 void release_cell(void* cell) {
-  memory_history_free(cell);
+  tt_history_free(cell);
   tt_cell_release(cell);
 }
 
@@ -23,7 +23,7 @@ c10::DataPtr cell_data_ptr(void* cell, size_t nbytes, c10::Device device) {
     throw c10::OutOfMemoryError({__func__, __FILE__, __LINE__},
                                 "tpu out of memory: the storage is larger than the device address space");
   }
-  memory_history_alloc(cell, address, nbytes, device.index());
+  tt_history_alloc(cell, address, nbytes, device.index());
   return {address, cell, &release_cell, device};
 }
 
@@ -91,8 +91,8 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
   void* address = tt_cell_address(cell);
   TORCH_CHECK_WITH(OutOfMemoryError, address, "tpu out of memory: the storage is larger than the device address space");
   if (address != storage.data_ptr().get() || nbytes != storage.nbytes()) {
-    memory_history_free(cell);
-    memory_history_alloc(cell, address, nbytes, storage.device().index());
+    tt_history_free(cell);
+    tt_history_alloc(cell, address, nbytes, storage.device().index());
   }
   if (address != storage.data_ptr().get()) {
     c10::DataPtr old = impl->set_data_ptr(c10::DataPtr(address, cell, &release_cell, storage.device()));

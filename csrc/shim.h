@@ -46,9 +46,7 @@ extern c10::Allocator* const allocator;
 void* cell_of(const c10::Storage& storage);
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 at::Tensor wrap_cell(void* cell, at::ScalarType dtype, c10::IntArrayRef sizes, c10::DeviceIndex device);
-// What the memory history notes of each storage while it records (memory_history.cpp).
-void memory_history_alloc(void* cell, const void* address, size_t nbytes, c10::DeviceIndex device);
-void memory_history_free(void* cell);
+
 
 // generator.cpp: a device's default generator; each random op takes its (seed, offset).
 at::Generator make_generator(c10::DeviceIndex index);

@@ -5,7 +5,6 @@ stack that made it; `_snapshot` returns them in the format of torch.cuda.memory.
 that `python -m torch.cuda._memory_viz` and pytorch.org/memory_viz read a `_dump_snapshot` file
 unchanged. torchtpu's allocator caches nothing: each storage is one block in a segment of its
 own, and a snapshot lists the storages made while the history recorded."""
-import json
 import pickle
 import sys
 
@@ -45,17 +44,17 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
 
 
 def _frames(table, stack):
-    return [] if stack == -1 else [table[i] for i in stack]
+    return [] if stack is None else [table[i] for i in stack]
 
 
 def _snapshot(device=None):
     """The recorded history in torch.cuda.memory._snapshot's format: "segments" (one per live
     storage, each with one block), "device_traces" (one event list per device, oldest first) and
     "allocator_settings"."""
-    raw = json.loads(_C.memory_history_snapshot())
-    table = [{"filename": f, "name": n, "line": line} for f, n, line in raw["frames"]]
+    frames, blocks, events = _C.memory_history_snapshot()
+    table = [{"filename": f, "name": n, "line": line} for f, n, line in frames]
     segments = []
-    for dev, address, size, stack in sorted(raw["blocks"], key=lambda b: (b[0], b[1])):
+    for dev, address, size, stack in sorted(blocks, key=lambda b: (b[0], b[1])):
         frames = _frames(table, stack)
         block = {"address": address, "size": size, "requested_size": size, "state": "active_allocated", "frames": frames}
         segments.append({
@@ -63,8 +62,8 @@ def _snapshot(device=None):
             "requested_size": size, "stream": 0, "segment_type": "large" if size > 1 << 20 else "small",
             "segment_pool_id": (0, 0), "is_expandable": False, "frames": frames, "blocks": [block],
         })
-    traces = [[] for _ in range(max(_device.device_count(), 1 + max((e[0] for e in raw["events"]), default=-1)))]
-    for dev, action, address, size, time_us, stack in raw["events"]:
+    traces = [[] for _ in range(max(_device.device_count(), 1 + max((e[0] for e in events), default=-1)))]
+    for dev, action, address, size, time_us, stack in events:
         traces[dev].append({"action": action, "addr": address, "size": size, "stream": 0, "time_us": time_us,
                             "frames": _frames(table, stack)})
     return {"segments": segments, "device_traces": traces,

@@ -2,6 +2,7 @@
 //! kernels with PyTorch's dispatcher (tt_register_device, csrc/register.cpp).
 mod ffi;
 mod host_matmul;
+mod memory_history;
 mod schemas;
 
 use pyo3::prelude::*;
@@ -12,8 +13,6 @@ extern "C" {
     fn tt_register_device();
     fn tt_generator_set(device: i32, seed: u64, offset: u64);
     fn tt_generator_get(device: i32, seed: *mut u64, offset: *mut u64);
-    fn tt_memory_history_record(enabled: i32, context: i32, cpp_frames: i32, max_entries: u64);
-    fn tt_memory_history_snapshot(take: extern "C" fn(*mut std::ffi::c_void, *const u8, usize), ctx: *mut std::ffi::c_void);
 }
 
 /// A client-create option's value as Python gives it (bool before int: a bool is an int there).
@@ -111,24 +110,18 @@ fn memory_stats(device: i32) -> PyResult<(StatTuple, StatTuple, StatTuple)> {
     Ok((stat_tuple(buffers), stat_tuple(bytes), stat_tuple(engine::memory::reserved(device))))
 }
 
-/// Starts, changes or stops the memory history (csrc/memory_history.cpp; levels as there).
+/// Starts, changes or stops the memory history (memory_history.rs; levels as there).
 #[pyfunction]
 fn memory_history_record(enabled: i32, context: i32, cpp_frames: bool, max_entries: u64) {
-    unsafe { tt_memory_history_record(enabled, context, cpp_frames as i32, max_entries) }
+    memory_history::record(enabled, context, cpp_frames, max_entries)
 }
 
-/// The memory history's live storages and events, as JSON (csrc/memory_history.cpp).
+/// The memory history's frames, live storages and events (memory_history.rs).
 #[pyfunction]
-fn memory_history_snapshot(py: Python<'_>) -> String {
-    extern "C" fn take(ctx: *mut std::ffi::c_void, json: *const u8, len: usize) {
-        let out = unsafe { &mut *(ctx as *mut String) };
-        *out = String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(json, len) }).into_owned();
-    }
-    let mut json = String::new();
-    // Symbolizing Python frames takes the GIL itself.
-    let ctx = &mut json as *mut String as usize;
-    py.allow_threads(|| unsafe { tt_memory_history_snapshot(take, ctx as *mut std::ffi::c_void) });
-    json
+fn memory_history_snapshot(
+    py: Python<'_>,
+) -> (Vec<memory_history::Frame>, Vec<memory_history::LiveBlock>, Vec<memory_history::TraceEvent>) {
+    py.allow_threads(memory_history::snapshot)
 }
 
 /// Starts new peaks and/or zeroes the allocated and freed totals of a device.
