@@ -2,7 +2,9 @@
 step, and Hugging Face `generate` (48 tokens from a 20-token prompt, tiny Llama) first and second
 call, each against torch on CPU and against this build with the quick compile tier off and
 with bucketed programs off (the previous defaults), and in fused eager mode (whose new programs
-compile side by side on worker threads), in one run. Every torchtpu measurement runs in a fresh process with an
+compile side by side on worker threads), also without tier-ups (TORCHTPU_TIER_UP_ELEMENTS=0: larger
+programs compile at full optimization at once, the previous default) and with new graphs compiled as
+one program at their first run (TORCHTPU_FUSE_NEW_GRAPHS=1), in one run. Every torchtpu measurement runs in a fresh process with an
 empty persistent cache, so every program is really compiled.
 
     python benches/eager_compile.py
@@ -74,12 +76,15 @@ def child(what, device):
     print("RESULT " + json.dumps(result))
 
 
-def measure(what, device, quick=True, buckets=True, fused=False):
+def measure(what, device, quick=True, buckets=True, fused=False, new_graphs=False, tier_up=True):
     env = dict(os.environ, TORCHTPU_LOG_COMPILES="1", TORCHTPU_CACHE_DIR=tempfile.mkdtemp(prefix="tt-bench-"))
     env["TORCHTPU_FUSED_EAGER"] = "1" if fused else "0"
+    env["TORCHTPU_FUSE_NEW_GRAPHS"] = "1" if new_graphs else "0"
     if not quick:
         env["TORCHTPU_QUICK_COMPILE_ELEMENTS"] = "0"
     env["TORCHTPU_BUCKET_PROGRAMS"] = "1" if buckets else "0"
+    if not tier_up:
+        env["TORCHTPU_TIER_UP_ELEMENTS"] = "0"
     p = subprocess.run([sys.executable, __file__, "--child", what, device], env=env, capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(p.stdout + p.stderr)
@@ -99,21 +104,25 @@ def main():
     print("first-seen programs of one tiny-Llama training step (eager, forward + backward + AdamW):")
     cpu = measure("train", "cpu")
     rows = [("quick tier off", measure("train", "tpu", quick=False, buckets=False)), ("strict eager", measure("train", "tpu")),
-            ("fused (default)", measure("train", "tpu", fused=True))]
+            ("fused, no tier-up", measure("train", "tpu", fused=True, tier_up=False)),
+            ("fused (default)", measure("train", "tpu", fused=True)),
+            ("fused, new graphs fused", measure("train", "tpu", fused=True, new_graphs=True))]
     for name, r in rows:
-        print(f"  {name:<15} {len(r['compile_ms']):4d} programs  {spread(r['compile_ms'])}  step {r['seconds']:5.2f} s "
+        print(f"  {name:<26} {len(r['compile_ms']):4d} programs  {spread(r['compile_ms'])}  step {r['seconds']:5.2f} s "
               f"({r['seconds'] / cpu['seconds']:.0f}x torch CPU's {cpu['seconds']:.2f} s)")
     print(f"  compile time: {sum(rows[1][1]['compile_ms']) / sum(rows[0][1]['compile_ms']):.2f}x the quick-tier-off build")
     print("HF generate, 48 new tokens from a 20-token prompt (tiny Llama, greedy):")
     cpu = measure("generate", "cpu")
-    print(f"  torch CPU       first {cpu['first']:6.2f} s  second {cpu['second']:6.2f} s")
-    for name, quick, buckets, fused in [("quick tier off", False, False, False), ("buckets off", True, False, False),
-                                        ("strict eager", True, True, False), ("fused (default)", True, True, True)]:
-        r = measure("generate", "tpu", quick, buckets, fused)
+    print(f"  {'torch CPU':<26} first {cpu['first']:6.2f} s  second {cpu['second']:6.2f} s")
+    for name, quick, buckets, fused, new_graphs, tier_up in [
+            ("quick tier off", False, False, False, False, True), ("buckets off", True, False, False, False, True),
+            ("strict eager", True, True, False, False, True), ("fused, no tier-up", True, True, True, False, False),
+            ("fused (default)", True, True, True, False, True), ("fused, new graphs fused", True, True, True, True, True)]:
+        r = measure("generate", "tpu", quick, buckets, fused, new_graphs, tier_up)
         same = "same tokens as CPU" if r["tokens"] == cpu["tokens"] else "TOKENS DIFFER FROM CPU"
-        print(f"  {name:<15} first {r['first']:6.2f} s ({r['first'] / cpu['first']:5.1f}x CPU)  second {r['second']:6.2f} s "
+        print(f"  {name:<26} first {r['first']:6.2f} s ({r['first'] / cpu['first']:5.1f}x CPU)  second {r['second']:6.2f} s "
               f"({r['second'] / cpu['second']:4.1f}x CPU)  {len(r['compile_ms'])} programs, {spread(r['compile_ms'])}; {same}")
-        print("                  compile time by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
+        print("                             compile time by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["phases"].items()))
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 - a user's kernel call (StableHLO text, and a jax.export module) against the aten op doing the
   same work at the same size (`torch.sin`), microseconds per cached call;
-- torch._scaled_mm (float8 operands, tensor-wise scales) against a bf16 matmul of the same size.
-  On the CPU plugin float8 is emulated, so only the GPU/TPU figures say anything about speed.
+- torch._scaled_mm (float8 operands, tensor-wise scales) and F.scaled_mm with MXFP8 block scales
+  (one float8_e8m0fnu scale per 32 elements) against a bf16 matmul of the same size. On the CPU
+  plugin float8 is emulated, so only the GPU/TPU figures say anything about speed.
 """
 import argparse
 import os
@@ -67,6 +68,16 @@ func.func @main(%x: {kernels.mlir_type(t)}) -> {kernels.mlir_type(t)} {{
     fp8 = per_call_us(lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16), 20)
     print(f"{n}x{n} matmul, bf16                   : {bf16:8.1f} us/call")
     print(f"{n}x{n} torch._scaled_mm, float8 e4m3  : {fp8:8.1f} us/call  ({bf16 / fp8:.2f}x the bf16 speed)")
+    F = torch.nn.functional
+    if hasattr(F, "ScalingType"):
+        # MXFP8's scales, as many as cuBLAS's swizzled layout holds for an n x n operand.
+        k_blocks = -(-n // 32)
+        count = -(-n // 128) * 128 * (-(-k_blocks // 4) * 4)
+        scales = torch.ones(count, device="tpu").to(torch.float8_e8m0fnu)
+        block, swizzle = F.ScalingType.BlockWise1x32, F.SwizzleType.SWIZZLE_32_4_4
+        mx = per_call_us(lambda: F.scaled_mm(a8, b8, scales, block, scales, block, swizzle_a=swizzle, swizzle_b=swizzle,
+                                             output_dtype=torch.bfloat16), 20)
+        print(f"{n}x{n} F.scaled_mm, MXFP8 1x32 blocks : {mx:8.1f} us/call  ({bf16 / mx:.2f}x the bf16 speed)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ fi
 # .venv's uv and its cache (scripts/setup.sh).
 install() { UV_CACHE_DIR="$PWD/.uv-cache" .venv/bin/uv pip install -q --python .venv-serve/bin/python "$@"; }
 install --upgrade pip
-install "vllm==0.33.0" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout
+# cuda-python pinned: left free, the resolver now picks cuda-python 12.6 next to cuda-bindings 13.5,
+# whose files break FlashInfer's CUTLASS import that vLLM's worker reaches ("cuda.bindings.runtime
+# has no attribute cudaLibrary_t").
+install "vllm==0.33.0" "xla-cpu-pjrt==0.0.1" pytest pytest-timeout "cuda-python==13.4.4" "cuda-bindings==13.4.4"
 install --no-deps "lammps-jax-pjrt-cpu==0.11.2"
 VIRTUAL_ENV="$PWD/.venv-serve" PATH="$PWD/.venv-serve/bin:$PATH" .venv/bin/maturin develop --release -q
 .venv-serve/bin/python -c "import vllm, torch, torchtpu; print('vLLM', vllm.__version__, 'ready on', torch.tpu.get_device_name())"

@@ -96,3 +96,75 @@ def test_compile_stats_reset_starts_the_counts_over_and_keeps_the_programs():
         assert torch.tpu.compile_stats()["misses"] >= 1
     finally:
         torch.tpu.set_fused_eager(was)
+
+
+def test_compile_stats_lists_each_cached_program_with_its_calls_compile_time_and_last_use():
+    import torch
+
+    from helpers import TPU
+
+    was = torch.tpu.is_fused_eager()
+    torch.tpu.set_fused_eager(False)
+    try:
+        x = torch.randn(5, 13, device=TPU)
+        for _ in range(4):
+            x.asinh()
+        x.acosh().cpu()
+        programs = torch.tpu.compile_stats()["programs"]
+        asinh = [p for p in programs if p["op"] == "aten::asinh" and p["signature"] == "(5x13xf32)"]
+        acosh = [p for p in programs if p["op"] == "aten::acosh" and p["signature"] == "(5x13xf32)"]
+        assert len(asinh) == 1 and len(acosh) == 1, programs[:5]
+        assert asinh[0]["calls"] == 4 and acosh[0]["calls"] == 1
+        # Most recently used first: acosh was the last op, asinh one call before it.
+        assert acosh[0]["calls_ago"] == 0 and asinh[0]["calls_ago"] == 1
+        assert programs.index(acosh[0]) < programs.index(asinh[0])
+        assert all(p["compile_seconds"] > 0 for p in asinh + acosh)
+        assert not asinh[0]["bucketed"]
+        # reset=True starts the counts over; the programs stay cached with theirs.
+        torch.tpu.compile_stats(reset=True)
+        x.asinh().cpu()
+        again = [p for p in torch.tpu.compile_stats()["programs"] if p["op"] == "aten::asinh" and p["signature"] == "(5x13xf32)"]
+        assert again[0]["calls"] == 5 and again[0]["calls_ago"] == 0
+    finally:
+        torch.tpu.set_fused_eager(was)
+
+
+def test_compile_stats_lists_fused_programs_with_the_ops_they_hold():
+    import torch
+
+    from helpers import TPU
+
+    was = torch.tpu.is_fused_eager()
+    torch.tpu.set_fused_eager(True)
+    try:
+        x = torch.randn(3, 17, device=TPU)
+        x.cpu()  # its own graph
+
+        def fused():
+            return [p for p in torch.tpu.compile_stats()["programs"]
+                    if p["op"] == "torchtpu::fused" and p["ops"] == ["aten::mul", "aten::add", "aten::atan"]
+                    and p["signature"] == "(3x17xf32, i64, i64)"]
+
+        # A step's graph runs op by op a few times (more where its ops' programs change, as
+        # bucketed ones give way to exact ones), compiles as one program on a worker thread, and
+        # runs as that.
+        for _ in range(20):
+            got = (x * 3 + 1).atan().cpu()
+        torch.testing.assert_close(got, (x.cpu() * 3 + 1).atan())
+        rows = fused()
+        assert len(rows) == 1 and rows[0]["calls"] >= 1, [p for p in torch.tpu.compile_stats()["programs"] if p["op"] == "torchtpu::fused"]
+        runs = rows[0]["calls"]
+        for _ in range(2):
+            (x * 3 + 1).atan().cpu()
+        row = fused()[0]
+        assert row["calls"] == runs + 2 and row["calls_ago"] == 0 and row["compile_seconds"] > 0
+        assert not row["bucketed"] and row["tier"] == "quick"
+        # An op's own program lists itself (called alone, in strict mode: whether the graph's
+        # ops ran alone before its program took over depends on what the process ran before).
+        torch.tpu.set_fused_eager(False)
+        torch.atan(x).cpu()
+        programs = torch.tpu.compile_stats()["programs"]
+        assert any(p["op"] == "aten::atan" for p in programs)
+        assert all(p["ops"] == [p["op"]] for p in programs if p["op"] != "torchtpu::fused")
+    finally:
+        torch.tpu.set_fused_eager(was)

@@ -35,15 +35,78 @@ def tier_of(lines, op, types):
 def test_small_loop_free_programs_take_the_quick_tier(tmp_path):
     lines = run(tmp_path)
     assert tier_of(lines, "aten::mul", "8xf32, i64") == ("compiled", True)
-    # Above TORCHTPU_QUICK_COMPILE_ELEMENTS (4096): full optimization.
-    assert tier_of(lines, "aten::mul", "128x128xf32, i64") == ("compiled", False)
-    # A recurrence (a while loop): full optimization whatever the size.
-    assert tier_of(lines, "aten::special_hermite_polynomial_h", "1xf32, 1xf32") == ("compiled", False)
+    # Above TORCHTPU_QUICK_COMPILE_ELEMENTS (4096): the quick tier first (it tiers up after
+    # some runs, test_a_program_tiers_up_at_a_fixed_run)...
+    assert tier_of(lines, "aten::mul", "128x128xf32, i64") == ("compiled", True)
+    # ... or with tier-ups off, full optimization at once.
+    off = run(tmp_path / "off", TORCHTPU_TIER_UP_ELEMENTS="0")
+    assert tier_of(off, "aten::mul", "128x128xf32, i64") == ("compiled", False)
+    # A recurrence (a while loop), however small: the quick tier first too, never for good (its
+    # body runs many times; test_a_program_tiers_up_at_a_fixed_run)...
+    assert tier_of(lines, "aten::special_hermite_polynomial_h", "1xf32, 1xf32") == ("compiled", True)
+    # ... or with tier-ups off, full optimization at once.
+    assert tier_of(off, "aten::special_hermite_polynomial_h", "1xf32, 1xf32") == ("compiled", False)
 
 
 def test_quick_tier_can_be_turned_off(tmp_path):
     lines = run(tmp_path, TORCHTPU_QUICK_COMPILE_ELEMENTS="0")
     assert tier_of(lines, "aten::mul", "8xf32, i64") == ("compiled", False)
+    assert tier_of(lines, "aten::mul", "128x128xf32, i64") == ("compiled", False)
+
+
+TIER_UP = """
+import json, sys, torch
+torch.tpu.set_fused_eager(sys.argv[1] == "fused")
+name, shape = sys.argv[2], [int(n) for n in sys.argv[3].split("x")]
+graph = lambda x: torch.tanh(x) * 2
+op = {
+    "aten::tanh": torch.tanh,
+    "aten::special_hermite_polynomial_h": lambda x: torch.special.hermite_polynomial_h(x, 5),
+    "torchtpu::run_graph": graph,
+}[name]
+on_tpu = torch.compile(graph, backend="tpu") if op is graph else op
+x = torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 2
+d = x.to("tpu")
+rows = []
+for run in range(1, 31):
+    got = on_tpu(d).cpu()
+    torch.testing.assert_close(got, op(x), rtol=1e-5, atol=1e-5)
+    s = torch.tpu.compile_stats()
+    tier = [p["tier"] for p in s["programs"] if p["op"] == name]
+    rows.append([run, tier, s["tier_ups"], got.view(torch.int32).sum().item()])
+print(json.dumps(rows))
+"""
+
+PROGRAMS = {
+    # Above the quick tier's 4096 elements.
+    "aten::tanh": ("128x128", "128x128xf32"),
+    # A recurrence (a while loop), however small.
+    "aten::special_hermite_polynomial_h": ("4x4", "4x4xf32, i64"),
+    # A torch.compile graph, however small.
+    "torchtpu::run_graph": ("4x4", "4x4xf32"),
+}
+
+
+@pytest.mark.parametrize("program", list(PROGRAMS))
+@pytest.mark.parametrize("mode", ["strict", "fused"])
+def test_a_program_tiers_up_at_a_fixed_run(tmp_path, mode, program):
+    # Programs that keep no quick-tier code for good compile there first; their full-tier
+    # program compiles on a worker thread from their 8th run and takes over at their 25th,
+    # whatever the compile's speed (a script run twice gives the same numbers).
+    shape, types = PROGRAMS[program]
+    env = {**os.environ, "TORCHTPU_LOG_COMPILES": "1", "TORCHTPU_CACHE_DIR": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "-c", TIER_UP, mode, program, shape], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [r[1] for r in rows] == [["quick"]] * 24 + [["full"]] * 6, rows
+    assert [r[2] for r in rows] == [0] * 7 + [1] * 23, rows
+    # The same bits before and after each switch's run, and across the runs of one tier.
+    bits = {tier[0]: {r[3] for r in rows if r[1] == [tier[0]]} for tier in (["quick"], ["full"])}
+    assert len(bits["quick"]) == 1 and len(bits["full"]) == 1, bits
+    assert tier_of(p.stderr.splitlines(), program, types) == ("compiled", True)
+    # The log names the full-tier build a tier-up: it is no new program.
+    full = [line for line in p.stderr.splitlines() if line.startswith(f"torchtpu: tier-up {program}({types})")]
+    assert len(full) == 1 and full[0].endswith("(compiled)"), p.stderr
 
 
 def test_persistent_cache_keys_on_compiler_flags(tmp_path):

@@ -369,3 +369,111 @@ def test_functional_scaled_mm_errors():
             fn(a, b, one)
         except Exception as ref:  # noqa: BLE001
             assert str(e) == str(ref), name
+
+
+# ---- F.scaled_mm's block-wise recipes: MXFP8 and DeepSeek's 1x128 / 128x128 ------------------
+# CUDA's recipes, which PyTorch's CPU kernel does not run: checked against an emulation written
+# here (each operand times its scale per element, multiplied in float32).
+
+B32, B128, B128x128 = (getattr(F.ScalingType, n, None) for n in ("BlockWise1x32", "BlockWise1x128", "BlockWise128x128"))
+SWIZZLED = getattr(getattr(F, "SwizzleType", None), "SWIZZLE_32_4_4", None)
+BLOCK_RECIPES = pytest.mark.skipif(B32 is None, reason="this torch has no block-wise F.scaled_mm")
+
+
+def swizzled(scales):
+    """float8_e8m0fnu scales (rows, cols) in cuBLAS's SWIZZLE_32_4_4 layout, flat: 128x4 tiles
+    (the matrix padded with ones), one after another in row-major order, and within a tile
+    element (r, c) at (r % 32) * 16 + (r // 32) * 4 + c."""
+    rows, cols = scales.shape
+    tiles_r, tiles_c = -(-rows // 128), -(-cols // 4)
+    padded = torch.full((tiles_r * 128, tiles_c * 4), 127, dtype=torch.uint8)  # 127: 2^0
+    padded[:rows, :cols] = scales.view(torch.uint8)
+    tiles = padded.view(tiles_r, 4, 32, tiles_c, 4).permute(0, 3, 2, 1, 4)
+    return tiles.reshape(-1).view(torch.float8_e8m0fnu)
+
+
+def spread(scales, rows_per, cols_per, shape):
+    """Block scales spread over each block's elements, cut to `shape`, float32."""
+    return scales.float().repeat_interleave(rows_per, 0).repeat_interleave(cols_per, 1)[:shape[0], :shape[1]]
+
+
+def block_scaled(a, b, ea, eb, bias, output_dtype):
+    out = (a.float() * ea) @ (b.float() * eb)
+    return (out if bias is None else out + bias.float()).to(output_dtype)
+
+
+def powers_of_two(*shape):
+    return (2.0 ** torch.randint(-4, 5, shape)).to(torch.float8_e8m0fnu)
+
+
+@BLOCK_RECIPES
+@pytest.mark.parametrize("shape", [(128, 64, 32), (40, 200, 24), (130, 96, 136)], ids=str)
+@pytest.mark.parametrize("output_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_functional_scaled_mm_mxfp8(shape, output_dtype):
+    m, k, n = shape
+    a, b = operands(m, k, n)
+    kb = -(-k // 32)
+    sa, sb = powers_of_two(m, kb), powers_of_two(n, kb)
+    bias = torch.randn(n).to(output_dtype)
+    ref = block_scaled(a, b, spread(sa, 1, 32, (m, k)), spread(sb, 1, 32, (n, k)).t(), bias, output_dtype)
+    # The layout cuBLAS reads, flat or as to_blocked's (32 x 16 per tile) rows.
+    for scale_a in (swizzled(sa), swizzled(sa).view(-1, 16)):
+        got = F.scaled_mm(a.to(TPU), b.to(TPU), scale_a.to(TPU), B32, swizzled(sb).to(TPU), B32,
+                          swizzle_a=SWIZZLED, swizzle_b=SWIZZLED, bias=bias.to(TPU), output_dtype=output_dtype)
+        close(got.cpu(), ref)
+
+
+@BLOCK_RECIPES
+@pytest.mark.parametrize("recipes", ["1x128,128x128", "128x128,1x128", "1x128,1x128"])
+def test_functional_scaled_mm_deepseek_blocks(recipes):
+    # CUDA's layouts: a 1x128 scale is (rows, K blocks); a 128x128 one (K blocks rounded up to
+    # 4, row blocks), the rows past K's blocks unused.
+    m, k, n = 200, 300, 136
+    a, b = operands(m, k, n)
+    kb = -(-k // 128)
+    scales, per_element = [], []
+    for recipe, rows in zip(recipes.split(","), (m, n)):
+        if recipe == "1x128":
+            s = torch.rand(rows, kb) + 0.5
+            per_element.append(spread(s, 1, 128, (rows, k)))
+        else:
+            s = torch.rand(-(-kb // 4) * 4, -(-rows // 128)) + 0.5
+            per_element.append(spread(s[:kb].t(), 128, 128, (rows, k)))
+        scales.append(s)
+    ra, rb = (B128 if r == "1x128" else B128x128 for r in recipes.split(","))
+    ref = block_scaled(a, b, per_element[0], per_element[1].t(), None, torch.bfloat16)
+    got = F.scaled_mm(a.to(TPU), b.to(TPU), scales[0].to(TPU), ra, scales[1].to(TPU), rb)
+    close(got.cpu(), ref)
+
+
+@BLOCK_RECIPES
+def test_functional_scaled_mm_block_errors():
+    a, b = operands(128, 64, 32)
+    sa, sb = swizzled(powers_of_two(128, 2)), swizzled(powers_of_two(32, 2))
+    none = F.SwizzleType.NO_SWIZZLE
+    at = lambda *ts: [t.to(TPU) for t in ts]  # noqa: E731
+    # Checked as PyTorch checks them: its CPU kernel raises these before refusing to run (torch
+    # 2.11 has no CPU kernel for _scaled_mm_v2: there, the messages CUDA gives).
+    same_as_cpu = {
+        "For Blockwise scaling scale_a should have 512 elements, got: 256":
+            lambda a, b, sa, sb: F.scaled_mm(a, b, sa[:256], B32, sb, B32, swizzle_a=SWIZZLED, swizzle_b=SWIZZLED),
+        "scale_a must be swizzled to SWIZZLE_32_4_4 format":
+            lambda a, b, sa, sb: F.scaled_mm(a, b, sa, B32, sb, B32, swizzle_a=none, swizzle_b=none),
+    }
+    for message, fn in same_as_cpu.items():
+        try:
+            fn(a, b, sa, sb)
+        except NotImplementedError:
+            with pytest.raises(ValueError, match=f"^{message}$"):
+                fn(*at(a, b, sa, sb))
+            continue
+        except Exception as ref:  # noqa: BLE001
+            e = check_error(fn, a, b, sa, sb)
+            assert str(e) == str(ref) == message
+        else:
+            raise AssertionError("expected the CPU call to raise")
+    # CUDA's messages where the CPU kernel has no such recipe.
+    with pytest.raises(ValueError, match=r"^scale_a must have shape 128 x 1 Float elements, got \[128, 2\]$"):
+        F.scaled_mm(*at(a, b), torch.ones(128, 2, device=TPU), B128, torch.ones(32, 1, device=TPU), B128)
+    with pytest.raises(ValueError, match=r"^scale_b must have shape 4 x 1 Float elements, got \[1, 1\]$"):
+        F.scaled_mm(*at(a, b), torch.ones(128, 1, device=TPU), B128, torch.ones(1, 1, device=TPU), B128x128)

@@ -350,9 +350,10 @@ def test_polynomial(name, dtype, shape):
     x = make(shape, dtype, low=-1.5, high=1.5) if dtype.is_floating_point else make(shape, dtype, low=-3, high=4)
     n = make(shape, dtype, low=-3.0, high=14.0) if dtype.is_floating_point else make(shape, dtype, low=-3, high=15)
     same(fn, x, n, atol=1e-5, rtol=2e-5)
-    # wide x: values grow large
+    # wide x: values grow large (a 14-step recurrence: the last bits depend on how the code
+    # rounds, fused multiply-adds or not, as on the narrow range)
     if dtype == torch.float32:
-        same(fn, make(shape, dtype, low=-9.0, high=9.0), n)
+        same(fn, make(shape, dtype, low=-9.0, high=9.0), n, atol=1e-5, rtol=2e-5)
 
 
 @pytest.mark.parametrize("name", sorted(POLYS))

@@ -381,13 +381,19 @@ def live_buffers():
 
 def compile_stats(reset=False):
     """Executable cache statistics (hits, misses, compile seconds, executions, persistent
-    cache hits/writes/rejections, bucketed programs); under "phases" where compile_seconds went
+    cache hits/writes/rejections, bucketed programs, tier_ups: large programs compiled at the
+    quick tier first whose full-tier build started); under "phases" where compile_seconds went
     (lower: lowering and assembling programs; xla_compile; cache_load and cache_store: the
-    persistent cache), under "ops" per op its programs (compiled or loaded) and seconds, and
-    under "graphs" one entry per torch.compile graph, and under "fused" fused eager mode's
-    graphs run, runs as one fused program, ops recorded and fused programs compiled.
+    persistent cache), under "ops" per op its programs (compiled or loaded) and seconds,
+    under "programs" each program in the in-memory cache and each fused eager graph's program,
+    most recently used first (op, "torchtpu::fused" for a graph's; ops: the ops it runs;
+    signature, compile_seconds, calls served since it was cached, calls_ago: op calls since its
+    last use, bucketed, tier: "quick" or "full", of the code that runs it now), under "graphs"
+    one entry per torch.compile graph, and under "fused"
+    fused eager mode's graphs run, runs as one fused program, ops recorded and fused programs
+    compiled.
     reset=True returns the counts so far and starts them over from zero (the programs stay
-    cached, and each graph's "calls" start over)."""
+    cached with their own counts, and each graph's "calls" start over)."""
     from .compile import diagnostics
 
     stats = dict(_C.compile_stats())

@@ -1,15 +1,18 @@
 //! Programs compiled on worker threads. Fused eager mode records an op without running it, so
 //! the op's program need not be ready yet: the programs of a graph's new ops compile side by
-//! side on the machine's cores while the caller records on, and the graph's run waits for
-//! each program as it reaches it. Programs compiled ahead of need (fused graphs' programs,
+//! side on the machine's cores while the caller records on (or, with new graphs fused at their
+//! first run, from when the graph runs op by op), and the graph's run waits for each program
+//! as it reaches it. Programs compiled ahead of need (fused graphs' programs,
 //! the exact programs of shapes that bucketed programs served often: dispatch/lookup.rs' promotion)
 //! compile here too, after the needed ones and never on every worker at once, so a needed
 //! program does not queue behind them. A program waited for before any worker took it
-//! compiles on the waiting thread.
+//! compiles on the waiting thread. A program compiled at the quick tier to be ready soon, where
+//! its size asks for full optimization, tiers up: its full-tier build compiles here after a few
+//! runs and takes over at a fixed run (`TierUp`).
 use crate::error::Error;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 pub type Exe = Arc<pjrt::LoadedExecutable>;
@@ -30,17 +33,101 @@ pub struct Program {
     done: OnceLock<Result<Exe, String>>,
     /// The compile, until a worker or a waiting thread takes it.
     compile: Mutex<Option<Compile>>,
+    /// Nanoseconds its compile (or load from the persistent cache) took, once done.
+    nanos: AtomicU64,
+    /// Whether its compile was asked for (queued, or run by a waiting thread); a deferred
+    /// program's is not until then.
+    requested: AtomicBool,
+    /// Its full-tier build, where it compiled at the quick tier first (`tier_up_to`).
+    tier_up: OnceLock<TierUp>,
+}
+
+/// A quick-tier program's way to its full-tier one: the build runs on a worker thread from its
+/// TIER_UP_AFTER-th run, and takes over at run TIER_UP_AFTER + TIER_UP_RUNS + 1 (waited for
+/// there if not done). A fixed run, as bucketed programs' promotions: the tiers may round
+/// differently in the last place, and a script run twice must give the same numbers.
+struct TierUp {
+    full: Mutex<Option<Compile>>,
+    runs: AtomicU64,
+    program: OnceLock<Arc<Program>>,
+}
+
+/// Runs of a quick-tier program before its full-tier build starts, and runs after that before
+/// the build takes over. Most programs of a test or a first call never get there; a loop's
+/// programs do within its first steps.
+pub const TIER_UP_AFTER: u64 = 8;
+pub const TIER_UP_RUNS: u64 = 16;
+
+/// Whether a tier-up's full-tier program runs the `run`-th run.
+fn taken_over(run: u64) -> bool {
+    run > TIER_UP_AFTER + TIER_UP_RUNS
 }
 
 impl Program {
-    pub fn compiled(exe: Exe) -> Arc<Program> {
-        Arc::new(Program { done: OnceLock::from(Ok(exe)), compile: Mutex::new(None) })
+    /// A program compiled here, on the caller's thread, by `compile`.
+    pub fn compile_here<E>(compile: impl FnOnce() -> Result<Exe, E>) -> Result<Arc<Program>, E> {
+        let t0 = std::time::Instant::now();
+        let exe = compile()?;
+        let nanos = AtomicU64::new(t0.elapsed().as_nanos() as u64);
+        Ok(Arc::new(Program { done: OnceLock::from(Ok(exe)), compile: Mutex::new(None), nanos, requested: AtomicBool::new(true), tier_up: OnceLock::new() }))
+    }
+
+    /// Makes this quick-tier program tier up to the program `full` compiles.
+    pub fn tier_up_to(&self, full: impl FnOnce() -> Result<Exe, String> + Send + 'static) {
+        let _ = self.tier_up.set(TierUp { full: Mutex::new(Some(Box::new(full))), runs: AtomicU64::new(0), program: OnceLock::new() });
+    }
+
+    /// Where it tiers up: whether its full-tier program runs it now.
+    pub fn tiered_up(&self) -> Option<bool> {
+        let t = self.tier_up.get()?;
+        Some(taken_over(t.runs.load(Ordering::Relaxed)) && matches!(t.program.get().and_then(|p| p.finished()), Some(Ok(_))))
+    }
+
+    /// The executable for a run: `get`'s, or once a tier-up takes over, the full tier's (the
+    /// quick one's still if that build failed).
+    pub fn for_run(&self) -> Result<&Exe, Error> {
+        if let Some(t) = self.tier_up.get() {
+            let run = t.runs.fetch_add(1, Ordering::Relaxed) + 1;
+            if run == TIER_UP_AFTER {
+                if let Some(full) = t.full.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    TIER_UPS.fetch_add(1, Ordering::Relaxed);
+                    let program = new_program(full, true);
+                    enqueue(program.clone(), Urgency::Ahead);
+                    let _ = t.program.set(program);
+                }
+            }
+            if taken_over(run) {
+                if let Some(Ok(exe)) = t.program.get().map(|p| p.get()) {
+                    return Ok(exe);
+                }
+            }
+        }
+        self.get()
+    }
+
+    /// Whether nothing has asked for its compile yet (`deferred`).
+    pub fn deferred(&self) -> bool {
+        !self.requested.load(Ordering::Relaxed)
+    }
+
+    /// Queues a deferred program's compile for a worker thread (nothing if it was asked for).
+    pub fn request(self: &Arc<Self>) {
+        // A load first: every op-by-op run asks, and nearly every program was asked for.
+        if self.deferred() && !self.requested.swap(true, Ordering::Relaxed) {
+            enqueue(self.clone(), Urgency::Needed);
+        }
+    }
+
+    /// Seconds its compile took; None while it compiles or when it failed.
+    pub fn compile_seconds(&self) -> Option<f64> {
+        matches!(self.done.get(), Some(Ok(_))).then(|| self.nanos.load(Ordering::Relaxed) as f64 * 1e-9)
     }
 
     /// The executable, once its compile is done (compiling it here if no worker has taken it
     /// yet, else waiting for it).
     pub fn get(&self) -> Result<&Exe, Error> {
         if self.done.get().is_none() {
+            self.requested.store(true, Ordering::Relaxed);
             if pjrt::forked() {
                 // Its compile belongs to the parent process, whose client this child cannot use.
                 return Err(Error::runtime("torchtpu: a program compiling when the process forked is not available in the child".to_string()));
@@ -61,7 +148,9 @@ impl Program {
         queue().running += 1;
         let t0 = std::time::Instant::now();
         let result = catch_unwind(AssertUnwindSafe(compile)).unwrap_or_else(|_| Err("torchtpu: compiling a program panicked".to_string()));
-        NANOS.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let nanos = t0.elapsed().as_nanos() as u64;
+        NANOS.fetch_add(nanos, Ordering::Relaxed);
+        self.nanos.store(nanos, Ordering::Relaxed);
         let _ = self.done.set(result);
         queue().running -= 1;
         JOB_DONE.notify_all();
@@ -88,6 +177,8 @@ static NEW_JOB: Condvar = Condvar::new();
 static JOB_DONE: Condvar = Condvar::new();
 /// Seconds spent in compiles here (counted in compile_stats' compile_seconds).
 static NANOS: AtomicU64 = AtomicU64::new(0);
+/// Full-tier builds of quick-tier programs started (compile_stats' tier_ups).
+static TIER_UPS: AtomicU64 = AtomicU64::new(0);
 
 fn queue() -> std::sync::MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(|e| e.into_inner())
@@ -112,10 +203,26 @@ fn max_ahead() -> usize {
 /// Once the pool is closed (`close`), nothing is queued: a program compiles on the thread
 /// that waits for it, or never.
 pub fn submit(urgency: Urgency, compile: impl FnOnce() -> Result<Exe, String> + Send + 'static) -> Arc<Program> {
-    let program = Arc::new(Program { done: OnceLock::new(), compile: Mutex::new(Some(Box::new(compile))) });
+    let program = new_program(compile, true);
+    enqueue(program.clone(), urgency);
+    program
+}
+
+/// A program whose compile waits until a graph's run asks for it (`Program::request`) or a
+/// thread waits for it: fused eager mode may compile a new graph as one program instead of
+/// its ops' programs (fused.rs).
+pub fn deferred(compile: impl FnOnce() -> Result<Exe, String> + Send + 'static) -> Arc<Program> {
+    new_program(compile, false)
+}
+
+fn new_program(compile: impl FnOnce() -> Result<Exe, String> + Send + 'static, requested: bool) -> Arc<Program> {
+    Arc::new(Program { done: OnceLock::new(), compile: Mutex::new(Some(Box::new(compile))), nanos: AtomicU64::new(0), requested: AtomicBool::new(requested), tier_up: OnceLock::new() })
+}
+
+fn enqueue(program: Arc<Program>, urgency: Urgency) {
     let mut q = queue();
     if q.closed {
-        return program;
+        return;
     }
     match urgency {
         Urgency::Needed => q.needed.push_back(program.clone()),
@@ -128,12 +235,11 @@ pub fn submit(urgency: Urgency, compile: impl FnOnce() -> Result<Exe, String> + 
             // No thread could start: compile here.
             drop(q);
             program.run();
-            return program;
+            return;
         }
     }
     drop(q);
     NEW_JOB.notify_all();
-    program
 }
 
 fn work() {
@@ -196,8 +302,15 @@ pub fn seconds() -> f64 {
     NANOS.load(Ordering::Relaxed) as f64 * 1e-9
 }
 
-pub fn reset_seconds() {
+/// Tier-ups started (`Program::for_run`).
+pub fn tier_ups() -> u64 {
+    TIER_UPS.load(Ordering::Relaxed)
+}
+
+/// Starts the seconds and the tier-ups over from zero.
+pub fn reset_counts() {
     NANOS.store(0, Ordering::Relaxed);
+    TIER_UPS.store(0, Ordering::Relaxed);
 }
 
 #[cfg(test)]

@@ -1,16 +1,17 @@
 //! Fused eager mode (the default; strict eager, one program run per call, with
 //! `TORCHTPU_FUSED_EAGER=0` or `torch.tpu.set_fused_eager(False)`).
-//! Calls are looked up (lowered and compiled) as in strict eager, so they raise the same
-//! errors at the same call, but not run: they are recorded into the process's graph, and their
-//! results are pending cells. The graph runs when a value is needed (a read to the host,
-//! synchronize, a data-dependent size, the size limit). A graph's first runs are op by op,
-//! each op with its own program, as strict eager would; a graph whose structure keeps coming
-//! (a training step, a decode step) is compiled once as one program, the ops' programs as
-//! functions of one module that XLA inlines and fuses, and runs as that from then on. That
-//! program compiles on a worker thread while the graph's next runs go op by op, and the ops'
-//! own new programs compile side by side on worker threads too (compile_pool.rs). The fused
-//! program returns only the results a tensor still holds, so intermediates that PyTorch has
-//! freed are never kept.
+//! Calls are looked up (lowered, their new programs compiled) as in strict eager, so they
+//! raise the same errors at the same call, but not run: they are recorded into the process's graph, and their results are
+//! pending cells. The graph runs when a value is needed (a read to the host, synchronize, a
+//! data-dependent size, the size limit). A graph's first runs are op by op, each op with its
+//! own program, as strict eager would, the ops' new programs compiling side by side on worker
+//! threads (compile_pool.rs); a graph whose structure keeps coming (a training step, a decode
+//! step) is compiled once as one program (the ops' programs as functions of one module that
+//! XLA inlines and fuses) on a worker thread while its next runs go op by op, and runs as that
+//! from then on. With TORCHTPU_FUSE_NEW_GRAPHS=1 a new graph of programs never compiled
+//! compiles as one program at its first run instead (`fuse_new_graphs`). A fused program
+//! returns only the results a tensor still holds, so intermediates that PyTorch has freed are
+//! never kept.
 use crate::cell::{DevBuf, PendingOut};
 use crate::compile_pool;
 use crate::error::Error;
@@ -79,6 +80,11 @@ const FUSED_PIECES_AFTER_A_READ: u32 = 8;
 /// Fused programs kept (least recently used out): each holds a compiled executable.
 const MAX_PROGRAMS: usize = 64;
 
+/// First-run programs kept for graphs that may repeat: enough for the graphs of a whole
+/// `generate` call (a call's second run then runs them again, its ops' programs never
+/// compiled), few enough to stay far from the process's memory-mapping limit.
+const MAX_INTERIM: usize = 512;
+
 /// An op's program input in a graph.
 pub enum Input {
     /// A computed buffer (a cell's, when the op was recorded).
@@ -95,14 +101,11 @@ pub enum Input {
 
 /// One recorded call: its program, inputs and results.
 pub struct Op {
-    /// The op's name, for errors.
+    /// The op's name, for errors and profiles.
     pub name: String,
-    pub exe: Arc<compile_pool::Program>,
-    /// Whether its program took the quick tier.
-    pub quick: bool,
-    /// The program's identity (unique per compiled entry) and its module text, for fusing.
-    pub id: u64,
-    pub text: Option<Arc<str>>,
+    /// Its program: the executable, its tier, identity and module text (for fusing), and the
+    /// op's qualified name (for compile_stats).
+    pub(crate) entry: Arc<crate::dispatch::Entry>,
     pub inputs: Vec<Input>,
     /// Each result: its pending value, dtype and the buffer's dims.
     pub outs: Vec<(Arc<PendingOut>, DType, Vec<i64>)>,
@@ -135,11 +138,57 @@ enum Fusing {
     /// Runs op by op so far: how many times.
     Seen(u32),
     /// Being compiled: runs op by op so far (up to `COMPILE_RUNS`).
-    Compiling(Arc<compile_pool::Program>, u32),
-    /// The program and the flush count of its last use.
-    Fused(Arc<pjrt::LoadedExecutable>, u64),
+    Compiling(FusedProgram, u32),
+    /// Runs as its fused program.
+    Fused(FusedProgram),
     /// Could not be composed or compiled: always op by op.
     Never,
+}
+
+/// A graph structure's fused program and its uses, for compile_stats' "programs".
+struct FusedProgram {
+    program: Arc<compile_pool::Program>,
+    /// The ops it holds, in order, its parameters' types and whether it took the quick tier.
+    ops: Vec<String>,
+    signature: String,
+    quick: bool,
+    /// Graphs it ran; the flush count and the engine tick of its last run.
+    runs: u64,
+    used: u64,
+    tick: u64,
+}
+
+impl FusedProgram {
+    /// The graph's program compiled from `text` at `tiering`, at once (`urgency` None: the
+    /// caller waits for it) or on a worker thread.
+    fn new(g: &Graph, text: String, tiering: Tiering, urgency: Option<compile_pool::Urgency>) -> FusedProgram {
+        let (ops, signature) = (g.ops.iter().map(|op| op.entry.op.to_string()).collect(), crate::runtime::signature(&text));
+        let compile = move || runtime().map_err(|e| e.to_string())?.compile("torchtpu::fused", &text, tiering).map_err(|e| e.message);
+        let program = match urgency {
+            Some(urgency) => compile_pool::submit(urgency, compile),
+            None => compile_pool::deferred(compile),
+        };
+        FusedProgram { program, ops, signature, quick: matches!(tiering, Tiering::Quick), runs: 0, used: 0, tick: 0 }
+    }
+
+    /// Its executable for the run of flush `now` at engine tick `tick`.
+    fn run(&mut self, now: u64, tick: u64) -> Arc<pjrt::LoadedExecutable> {
+        (self.runs, self.used, self.tick) = (self.runs + 1, now, tick);
+        self.program.get().expect("a fused program runs once compiled").clone()
+    }
+
+    fn stats(&self, tick: u64) -> crate::dispatch::ProgramStats {
+        crate::dispatch::ProgramStats {
+            op: "torchtpu::fused".to_string(),
+            ops: self.ops.clone(),
+            signature: self.signature.clone(),
+            compile_seconds: self.program.compile_seconds(),
+            calls: self.runs,
+            calls_ago: tick.saturating_sub(self.tick),
+            bucketed: false,
+            tier: if self.quick { "quick" } else { "full" },
+        }
+    }
 }
 
 #[derive(Default, Clone, Debug)]
@@ -149,9 +198,10 @@ pub struct FusedStats {
     /// Graphs run, and how many of them as one fused program.
     pub graphs: u64,
     pub fused_runs: u64,
-    /// Ops recorded, and fused programs compiled.
+    /// Ops recorded, and fused programs compiled (of them, at a graph's first run).
     pub ops: u64,
     pub programs: u64,
+    pub fused_at_first_run: u64,
 }
 
 #[derive(Default)]
@@ -161,6 +211,11 @@ pub struct Fused {
     /// Graphs cut by the size limit since the last other flush (a read, a synchronize, ...).
     pieces: u32,
     programs: HashMap<Vec<u64>, Fusing>,
+    /// Quick-tier programs compiled at a new graph's first run (`worth_fusing_at_first_run`),
+    /// which run it until its own fused program takes over.
+    interim: HashMap<Vec<u64>, FusedProgram>,
+    /// The engine tick of the last call recorded (a fused program's last use, in op calls).
+    tick: u64,
     pub stats: FusedStats,
 }
 
@@ -190,9 +245,21 @@ impl Fused {
         Ok(self.graph.as_mut().unwrap())
     }
 
-    pub fn push(&mut self, op: Op) {
+    /// Records a call, the engine's `tick`-th.
+    pub fn push(&mut self, op: Op, tick: u64) {
         self.stats.ops += 1;
+        self.tick = tick;
         self.graph.as_mut().expect("a graph is open").ops.push(op);
+    }
+
+    /// The fused programs compiled or compiling, for compile_stats' "programs" (`tick`: the
+    /// engine's now).
+    pub fn program_stats(&self, tick: u64) -> Vec<crate::dispatch::ProgramStats> {
+        let compiled = self.programs.values().filter_map(|f| match f {
+            Fusing::Compiling(p, _) | Fusing::Fused(p) => Some(p),
+            _ => None,
+        });
+        compiled.chain(self.interim.values()).map(|p| p.stats(tick)).collect()
     }
 
     /// Runs the recorded graph, if any, as its fused program where its structure has one;
@@ -221,7 +288,9 @@ impl Fused {
 
     /// Runs a graph, the `piece`-th cut by the size limit since a read.
     fn run_graph(&mut self, g: &mut Graph, live: &[Vec<bool>], piece: u32) -> Result<(), Error> {
-        if piece >= FUSED_PIECES_AFTER_A_READ {
+        // A graph of one op is that op's program already: fusing it would compile the same
+        // code again (seconds for an iterative one like linalg_eig) to save nothing.
+        if piece >= FUSED_PIECES_AFTER_A_READ || g.ops.len() < 2 {
             return run_op_by_op(g, live);
         }
         let mut plan = Plan::new(g, live);
@@ -232,41 +301,59 @@ impl Fused {
         }
         let now = self.stats.graphs;
         let state = self.programs.entry(plan.key.clone()).or_insert(Fusing::Seen(0));
+        if matches!(state, Fusing::Seen(0)) && worth_fusing_at_first_run(g) {
+            // Compiled here and now at the quick tier: whether a graph runs fused must not
+            // depend on how fast a compile is (a script run twice gives the same numbers).
+            let program = compose(g, live, &plan).map(|text| FusedProgram::new(g, text, Tiering::Quick, None));
+            if let Some(mut program) = program.filter(|p| p.program.get().is_ok()) {
+                self.stats.programs += 1;
+                self.stats.fused_at_first_run += 1;
+                // It runs the graph until the graph's own fused program (of its ops' tier)
+                // takes over, at the same run as after runs op by op; where that tier is the
+                // quick one, the two are one program (the second loaded from the cache).
+                program.used = now;
+                self.interim.insert(plan.key.clone(), program);
+            }
+        }
+        let mut ahead = false;
         if let Fusing::Seen(n) = state {
             *n += 1;
             if *n >= FUSE_AFTER {
-                // The tier of its ops' programs, so that it rounds as they do (a graph of
-                // quick-tier programs and others takes the full tier: its quick ones may round
-                // their transcendental functions differently there).
-                let tiering = if g.ops.iter().all(|op| op.quick) { Tiering::Quick } else { Tiering::Full };
+                let tiering = fused_tiering(g);
                 *state = match compose(g, live, &plan) {
-                    Some(text) => Fusing::Compiling(
-                        compile_pool::submit(compile_pool::Urgency::Ahead, move || runtime().map_err(|e| e.to_string())?.compile("torchtpu::fused", &text, tiering).map_err(|e| e.message)),
-                        0,
-                    ),
+                    Some(text) => Fusing::Compiling(FusedProgram::new(g, text, tiering, Some(compile_pool::Urgency::Ahead)), 0),
                     None => Fusing::Never,
                 };
-                return run_op_by_op(g, live);
             }
-        }
-        if let Fusing::Compiling(program, runs) = state {
+            ahead = !matches!(state, Fusing::Never);
+        } else if let Fusing::Compiling(_, runs) = state {
             *runs += 1;
             if *runs <= COMPILE_RUNS {
-                return run_op_by_op(g, live);
+                ahead = true;
+            } else {
+                *state = match std::mem::replace(state, Fusing::Never) {
+                    Fusing::Compiling(program, _) if program.program.get().is_ok() => {
+                        self.stats.programs += 1;
+                        Fusing::Fused(program)
+                    }
+                    _ => Fusing::Never,
+                };
+                // Its own program takes over (or none will): the first run's is done with.
+                self.interim.remove(&plan.key);
             }
-            *state = match program.get() {
-                Ok(exe) => {
-                    self.stats.programs += 1;
-                    Fusing::Fused(exe.clone(), now)
-                }
-                Err(_) => Fusing::Never,
-            };
+        }
+        if ahead {
+            // Before its own fused program: op by op, or the program of its first run.
+            if let Some(program) = self.interim.get_mut(&plan.key) {
+                let exe = program.run(now, self.tick);
+                self.stats.fused_runs += 1;
+                self.bound_interim();
+                return run_fused(g, live, &plan, &exe);
+            }
+            return run_op_by_op(g, live);
         }
         let exe = match state {
-            Fusing::Fused(exe, used) => {
-                *used = now;
-                exe.clone()
-            }
+            Fusing::Fused(program) => program.run(now, self.tick),
             _ => return run_op_by_op(g, live),
         };
         self.stats.fused_runs += 1;
@@ -274,15 +361,65 @@ impl Fused {
         run_fused(g, live, &plan, &exe)
     }
 
+    /// Drops the least recently used first-run program past `MAX_INTERIM` (each holds an
+    /// executable, and most graphs are never met again).
+    fn bound_interim(&mut self) {
+        if self.interim.len() > MAX_INTERIM {
+            let oldest = self.interim.iter().min_by_key(|(_, p)| p.used).map(|(k, _)| k.clone()).unwrap();
+            self.interim.remove(&oldest);
+        }
+    }
+
     /// Drops the least recently used fused program past `MAX_PROGRAMS` (back to op by op
     /// until it is compiled again).
     fn bound_programs(&mut self) {
-        let fused: Vec<(&Vec<u64>, u64)> = self.programs.iter().filter_map(|(k, p)| if let Fusing::Fused(_, used) = p { Some((k, *used)) } else { None }).collect();
+        let fused: Vec<(&Vec<u64>, u64)> = self.programs.iter().filter_map(|(k, p)| if let Fusing::Fused(p) = p { Some((k, p.used)) } else { None }).collect();
         if fused.len() > MAX_PROGRAMS {
             let oldest = fused.iter().min_by_key(|f| f.1).map(|f| f.0.clone()).unwrap();
             self.programs.remove(&oldest);
         }
     }
+}
+
+/// The tier of a graph's fused program: its ops' programs', so that it rounds as they do (a
+/// graph of quick-tier programs and others takes the full tier: its quick ones may round their
+/// transcendental functions differently there).
+fn fused_tiering(g: &Graph) -> Tiering {
+    if g.ops.iter().all(|op| op.entry.quick) {
+        Tiering::Quick
+    } else {
+        Tiering::Full
+    }
+}
+
+/// Whether new graphs may compile as one program at their first run
+/// (TORCHTPU_FUSE_NEW_GRAPHS=1; off by default). Where it is on, a new op's program compiles
+/// only when its graph runs op by op (dispatch/build.rs defers it).
+///
+/// Measured on the CPU plugin against the default with tier-ups (benches/eager_compile.py): a
+/// tiny Llama's first training step takes 2.3 s instead of 2.1 s (one program of 2.1 s instead
+/// of 109), and a first `generate` 6.4 s instead of 4.1 s, its second call 0.71 s instead of
+/// 0.19 s: its decoding steps' ops reuse bucketed programs across steps, while each step's
+/// structure is new, and quick-tier code runs its larger ops slower. Until the choice weighs
+/// that per graph, it is off by default.
+pub fn fuse_new_graphs() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TORCHTPU_FUSE_NEW_GRAPHS").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Whether a graph met for the first time compiles as one program at once, at the quick tier
+/// (where `fuse_new_graphs`): when enough of its ops' programs were never compiled. There a
+/// fused program costs about one op's compile (20-30 ms) plus 2-3 ms per op (13 ops: 37-40 ms,
+/// their programs 210-360 ms; a 300-op decoding step about 600 ms), so it pays where one op in
+/// eight is new. Graphs with loops do not (their programs take no quick tier for good,
+/// `runtime::first_build`); they, and graphs of programs compiled before, run op by op until their
+/// structure repeats (`FUSE_AFTER`).
+fn worth_fusing_at_first_run(g: &Graph) -> bool {
+    if !fuse_new_graphs() {
+        return false;
+    }
+    let new: HashSet<u64> = g.ops.iter().filter(|op| op.entry.exe.deferred()).map(|op| op.entry.id).collect();
+    new.len() >= 2 && new.len() * 8 >= g.ops.len() + 12 && !g.ops.iter().any(|op| op.entry.text.as_deref().is_some_and(|t| t.contains("stablehlo.while")))
 }
 
 /// A graph's structure (its key) and its program inputs: each distinct ready buffer once, in
@@ -305,7 +442,7 @@ impl Plan {
         let mut params = Vec::with_capacity(g.ops.len());
         let mut last_use: Vec<Vec<Option<usize>>> = g.ops.iter().map(|op| vec![None; op.outs.len()]).collect();
         for (i, op) in g.ops.iter().enumerate() {
-            key.push(if op.text.is_some() { op.id } else { u64::MAX });
+            key.push(if op.entry.text.is_some() { op.entry.id } else { u64::MAX });
             key.push(op.inputs.len() as u64);
             let mut row = Vec::with_capacity(op.inputs.len());
             for (j, input) in op.inputs.iter().enumerate() {
@@ -349,6 +486,11 @@ fn new_buf(buf: pjrt::Buffer, dtype: DType, dims: &[i64], device: i32) -> Arc<De
 /// released before its results are counted, as strict eager does (a buffer the op donated
 /// into its result is gone).
 fn run_op_by_op(g: &mut Graph, live: &[Vec<bool>]) -> Result<(), Error> {
+    // Programs never compiled compile on worker threads, side by side, while the ops before
+    // them run.
+    for op in &g.ops {
+        op.entry.exe.request();
+    }
     let rt = runtime()?;
     let device = rt.device(g.device)?;
     let plan_uses = Plan::new(g, live).last_use;
@@ -365,7 +507,7 @@ fn run_op_by_op(g: &mut Graph, live: &[Vec<bool>]) -> Result<(), Error> {
                 Input::Out(n, o) => &results[*n][*o].as_ref().expect("a result is kept until its last reader").buf,
             })
             .collect();
-        let exe = op.exe.get().map_err(|e| Error::runtime(format!("torchtpu: {} (recorded in fused eager mode): {e}", op.name)))?;
+        let exe = op.entry.exe.for_run().map_err(|e| Error::runtime(format!("torchtpu: {} (recorded in fused eager mode): {e}", op.name)))?;
         let launched_ns = crate::trace::launch_clock();
         let outs = exe.execute(&inputs, device).map_err(|e| deferred_error(op, e))?;
         drop(inputs);
@@ -510,7 +652,7 @@ fn parse(text: &str, prefix: &str) -> Option<Parsed> {
 /// The graph as one module: a main function calling each op's main in order, returning the
 /// live results, and donating an input where its op donated it into a returned result.
 fn compose(g: &Graph, live: &[Vec<bool>], plan: &Plan) -> Option<String> {
-    let parsed: Vec<Parsed> = g.ops.iter().enumerate().map(|(i, op)| parse(op.text.as_deref()?, &format!("n{i}_"))).collect::<Option<_>>()?;
+    let parsed: Vec<Parsed> = g.ops.iter().enumerate().map(|(i, op)| parse(op.entry.text.as_deref()?, &format!("n{i}_"))).collect::<Option<_>>()?;
     let mut body = String::new();
     let mut returned: Vec<(String, String)> = Vec::new(); // (value, type)
     let mut result_of: HashMap<(usize, usize), usize> = HashMap::new();

@@ -27,6 +27,8 @@ pub fn element_type(d: DType) -> pjrt::ElementType {
         DType::F8E5M2FNUZ => E::F8E5M2FNUZ,
         DType::F8E4M3FNUZ => E::F8E4M3FNUZ,
         DType::F8E8M0FNU => E::F8E8M0FNU,
+        // Bytes to the plugin (PJRT's F4E2M1FN is one value per element).
+        DType::F4E2M1FNX2 => E::U8,
     }
 }
 
@@ -42,7 +44,7 @@ pub fn scalar_bytes(x: f64, elem: ElemType) -> ([u8; 16], usize) {
         ElemType::I32 => put(&mut b, &(x as i64 as i32).to_le_bytes()),
         ElemType::I16 => put(&mut b, &(x as i64 as i16).to_le_bytes()),
         ElemType::I8 => put(&mut b, &(x as i64 as i8).to_le_bytes()),
-        ElemType::U8 => put(&mut b, &(x as i64 as u8).to_le_bytes()),
+        ElemType::U8 | ElemType::F4E2M1FNX2 => put(&mut b, &(x as i64 as u8).to_le_bytes()),
         ElemType::U16 => put(&mut b, &(x as i64 as u16).to_le_bytes()),
         ElemType::U32 => put(&mut b, &(x as i64 as u32).to_le_bytes()),
         ElemType::U64 => put(&mut b, &(x as u64).to_le_bytes()),

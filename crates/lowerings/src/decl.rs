@@ -65,6 +65,10 @@ pub struct Op {
     /// For indexing, whose results feed matmuls: outside a scope, a result laid out as a
     /// bucket's (once a family has met two shapes) would give the next matmul a new program.
     pub bucketed_in_scopes_only: bool,
+    /// The op takes float4_e2m1fn_x2 tensors: it moves or compares their bytes as they are
+    /// (copies, cat, indexing, eq), as PyTorch's CPU kernels do; other ops refuse them
+    /// (`float4::check`).
+    pub float4: bool,
 }
 
 /// Declares the lowering `f` of the op `name`.
@@ -91,6 +95,7 @@ const fn ops_named(names: Names, f: LowerFn) -> Op {
         pointwise: false,
         bucketed: false,
         bucketed_in_scopes_only: false,
+        float4: false,
     }
 }
 
@@ -138,6 +143,11 @@ impl Op {
     /// See `Op::bucketed_in_scopes_only`.
     pub const fn bucketed_in_scopes(self) -> Op {
         Op { bucketed: true, bucketed_in_scopes_only: true, ..self }
+    }
+
+    /// See `Op::float4`.
+    pub const fn float4(self) -> Op {
+        Op { float4: true, ..self }
     }
 
     /// See `Op::keep_composite`.

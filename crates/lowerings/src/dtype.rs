@@ -24,6 +24,9 @@ pub enum DType {
     U32 = 28,
     U64 = 29,
     F8E8M0FNU = 44,
+    /// Two float4 e2m1 values per byte: bytes that ops move but do no arithmetic on
+    /// (`Op::float4`, as PyTorch's CPU kernels).
+    F4E2M1FNX2 = 45,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,9 +48,9 @@ impl DType {
     }
 
     /// Every dtype the lowerings know.
-    pub const ALL: [DType; 20] = {
+    pub const ALL: [DType; 21] = {
         use DType::*;
-        [U8, I8, I16, I32, I64, F16, F32, F64, C64, C128, Bool, BF16, F8E5M2, F8E4M3FN, F8E5M2FNUZ, F8E4M3FNUZ, U16, U32, U64, F8E8M0FNU]
+        [U8, I8, I16, I32, I64, F16, F32, F64, C64, C128, Bool, BF16, F8E5M2, F8E4M3FN, F8E5M2FNUZ, F8E4M3FNUZ, U16, U32, U64, F8E8M0FNU, F4E2M1FNX2]
     };
 
     /// The torch name of a c10::ScalarType code that has no DType here, for errors.
@@ -62,7 +65,6 @@ impl DType {
             18..=22 => format!("torch.{}", ["bits1x8", "bits2x4", "bits4x2", "bits8", "bits16"][(code - 18) as usize]),
             30..=36 => format!("torch.uint{}", code - 29),
             37..=43 => format!("torch.int{}", code - 36),
-            45 => "torch.float4_e2m1fn_x2".into(),
             _ => format!("dtype code {code}"),
         }
     }
@@ -90,6 +92,7 @@ impl DType {
             28 => U32,
             29 => U64,
             44 => F8E8M0FNU,
+            45 => F4E2M1FNX2,
             _ => return None,
         })
     }
@@ -115,6 +118,7 @@ impl DType {
             F8E5M2FNUZ => "float8_e5m2fnuz",
             F8E4M3FNUZ => "float8_e4m3fnuz",
             F8E8M0FNU => "float8_e8m0fnu",
+            F4E2M1FNX2 => "float4_e2m1fn_x2",
             U16 => "uint16",
             U32 => "uint32",
             U64 => "uint64",
@@ -142,6 +146,7 @@ impl DType {
             F8E5M2FNUZ => "Float8_e5m2fnuz",
             F8E4M3FNUZ => "Float8_e4m3fnuz",
             F8E8M0FNU => "Float8_e8m0fnu",
+            F4E2M1FNX2 => "Float4_e2m1fn_x2",
             U16 => "UInt16",
             U32 => "UInt32",
             U64 => "UInt64",
@@ -168,6 +173,7 @@ impl DType {
             F8E5M2FNUZ => ElemType::F8E5M2FNUZ,
             F8E4M3FNUZ => ElemType::F8E4M3FNUZ,
             F8E8M0FNU => ElemType::F8E8M0FNU,
+            F4E2M1FNX2 => ElemType::F4E2M1FNX2,
             U16 => ElemType::U16,
             U32 => ElemType::U32,
             U64 => ElemType::U64,
@@ -194,6 +200,7 @@ impl DType {
             ElemType::F8E5M2FNUZ => F8E5M2FNUZ,
             ElemType::F8E4M3FNUZ => F8E4M3FNUZ,
             ElemType::F8E8M0FNU => F8E8M0FNU,
+            ElemType::F4E2M1FNX2 => F4E2M1FNX2,
             ElemType::U16 => U16,
             ElemType::U32 => U32,
             ElemType::U64 => U64,
@@ -203,7 +210,7 @@ impl DType {
     pub fn size(self) -> usize {
         use DType::*;
         match self {
-            U8 | I8 | Bool | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU => 1,
+            U8 | I8 | Bool | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU | F4E2M1FNX2 => 1,
             I16 | F16 | BF16 | U16 => 2,
             I32 | F32 | U32 => 4,
             I64 | F64 | C64 | U64 => 8,
@@ -216,7 +223,7 @@ impl DType {
         match self {
             Bool => Category::Bool,
             U8 | I8 | I16 | I32 | I64 | U16 | U32 | U64 => Category::Int,
-            F16 | F32 | F64 | BF16 | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU => Category::Float,
+            F16 | F32 | F64 | BF16 | F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU | F4E2M1FNX2 => Category::Float,
             C64 | C128 => Category::Complex,
         }
     }

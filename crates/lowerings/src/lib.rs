@@ -26,6 +26,7 @@ pub mod decl;
 pub mod cx;
 pub mod dtype;
 pub mod error;
+pub mod float4;
 pub mod graph;
 pub mod torch_version;
 

@@ -53,7 +53,7 @@ pub fn int_literal(x: i64, elem: ElemType) -> String {
         I16 => (x as i16).to_string(),
         I32 => (x as i32).to_string(),
         I64 => x.to_string(),
-        U8 => (x as u8).to_string(),
+        U8 | F4E2M1FNX2 => (x as u8).to_string(),
         U16 => (x as u16).to_string(),
         U32 => (x as u32).to_string(),
         U64 => (x as u64).to_string(),

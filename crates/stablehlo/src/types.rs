@@ -26,6 +26,10 @@ pub enum ElemType {
     F8E5M2FNUZ,
     /// Exponent only: powers of two, no sign, no zero (MX scales).
     F8E8M0FNU,
+    /// Two float4 e2m1 values packed in a byte (PyTorch's float4_e2m1fn_x2): bytes to the
+    /// compiler (`ui8`), moved and compared as they are; its own type so that a value keeps
+    /// its torch dtype through the ops that move it.
+    F4E2M1FNX2,
 }
 
 impl ElemType {
@@ -53,6 +57,7 @@ impl ElemType {
             F8E4M3FNUZ => "f8E4M3FNUZ",
             F8E5M2FNUZ => "f8E5M2FNUZ",
             F8E8M0FNU => "f8E8M0FNU",
+            F4E2M1FNX2 => "ui8",
         }
     }
 
@@ -74,7 +79,7 @@ impl ElemType {
 
     pub fn is_unsigned(self) -> bool {
         use ElemType::*;
-        matches!(self, U8 | U16 | U32 | U64)
+        matches!(self, U8 | U16 | U32 | U64 | F4E2M1FNX2)
     }
 
     pub fn is_complex(self) -> bool {
@@ -85,7 +90,7 @@ impl ElemType {
     pub fn byte_size(self) -> usize {
         use ElemType::*;
         match self {
-            Pred | I8 | U8 | F8E4M3FN | F8E5M2 | F8E4M3FNUZ | F8E5M2FNUZ | F8E8M0FNU => 1,
+            Pred | I8 | U8 | F8E4M3FN | F8E5M2 | F8E4M3FNUZ | F8E5M2FNUZ | F8E8M0FNU | F4E2M1FNX2 => 1,
             I16 | U16 | F16 | BF16 => 2,
             I32 | U32 | F32 => 4,
             I64 | U64 | F64 | C64 => 8,

@@ -32,7 +32,7 @@ fn pjrt_type(e: ElemType) -> pjrt::ElementType {
         I16 => P::S16,
         I32 => P::S32,
         I64 => P::S64,
-        U8 => P::U8,
+        U8 | F4E2M1FNX2 => P::U8,
         U16 => P::U16,
         U32 => P::U32,
         U64 => P::U64,

@@ -273,6 +273,7 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("bucket_programs", s.bucket_programs)?;
     d.set_item("bucket_shapes", s.bucket_shapes)?;
     d.set_item("bucket_promoted", s.bucket_promoted)?;
+    d.set_item("tier_ups", engine::compile_pool::tier_ups())?;
     use std::sync::atomic::Ordering::Relaxed;
     d.set_item("disk_hits", engine::disk_cache::DISK_HITS.load(Relaxed))?;
     d.set_item("disk_writes", engine::disk_cache::DISK_WRITES.load(Relaxed))?;
@@ -300,12 +301,27 @@ fn compile_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     fused.set_item("fused_runs", f.fused_runs)?;
     fused.set_item("ops", f.ops)?;
     fused.set_item("programs", f.programs)?;
+    fused.set_item("fused_at_first_run", f.fused_at_first_run)?;
     let cuts = PyDict::new(py);
     for (why, n) in f.cuts {
         cuts.set_item(why, n)?;
     }
     fused.set_item("cuts", cuts)?;
     d.set_item("fused", fused)?;
+    let programs = pyo3::types::PyList::empty(py);
+    for p in engine::dispatch::program_stats() {
+        let row = PyDict::new(py);
+        row.set_item("op", p.op)?;
+        row.set_item("ops", p.ops)?;
+        row.set_item("signature", p.signature)?;
+        row.set_item("compile_seconds", p.compile_seconds)?;
+        row.set_item("calls", p.calls)?;
+        row.set_item("calls_ago", p.calls_ago)?;
+        row.set_item("bucketed", p.bucketed)?;
+        row.set_item("tier", p.tier)?;
+        programs.append(row)?;
+    }
+    d.set_item("programs", programs)?;
     Ok(d)
 }
 

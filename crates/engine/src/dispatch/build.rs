@@ -12,7 +12,7 @@ use crate::compile_pool::{self, Program, Urgency};
 use crate::error::Error;
 use crate::fused;
 use crate::lock::Held;
-use crate::runtime::{runtime, Tiering};
+use crate::runtime::{runtime, FirstBuild, Tiering};
 use crate::view::{self, Geometry};
 use lowerings::{Arg, Args, Cx, DType, ErrorKind, FloatArg, Out, Rank, Tensor, TorchError};
 use stablehlo::{ElemType, TensorType, Value};
@@ -278,7 +278,7 @@ pub(super) fn build(info: &OpInfo, f: lowerings::LowerFn, specialize: bool, args
         Some(module) => (compile_module(info, &module)?, false),
         None => compile_program(info, text, tiering, promotion)?,
     };
-    Ok(Built::Entry(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
+    Ok(Built::Entry(Entry { exe, quick, id: entry_id(), op: info.qualified.as_str().into(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks, checks }))
 }
 
 /// For each of a program's first `n` results, its little-endian bytes where it is a constant
@@ -410,7 +410,7 @@ pub(super) fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: b
     let kept = Some(Arc::from(text.as_str()));
     let constants = constant_scalars(&text, o.specs.len());
     let (exe, quick) = compile_program(info, text, Tiering::Class(class), false)?;
-    Ok(Some(Entry { exe, quick, id: entry_id(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks }))
+    Ok(Some(Entry { exe, quick, id: entry_id(), op: info.qualified.as_str().into(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks }))
 }
 
 impl Builder<'_> {
@@ -432,7 +432,11 @@ impl Builder<'_> {
             names.to_mut().push("__size".to_string());
             values.push(Arg::Int(n));
         }
-        f(&mut self.cx, &Args { op: &info.base, names: &names, values: &values }).map_err(Error::Torch)
+        let args = Args { op: &info.base, names: &names, values: &values };
+        if let Some(decl) = &info.lowering {
+            lowerings::float4::check(decl, &args).map_err(Error::Torch)?;
+        }
+        f(&mut self.cx, &args).map_err(Error::Torch)
     }
 
     /// The first outputs go to the written arguments (in-place, out=), in order. Some(Resize)
@@ -603,30 +607,56 @@ fn donate_written_buffers(cx: &Cx, feeds: &[Feed], results: &[Value], specs: &mu
 }
 
 /// Compiles the program's text (or loads it from the persistent cache); compiled graphs
-/// take full optimization whatever the tiering asked. In fused eager mode it compiles on a
-/// worker thread (compile_pool.rs): the call is recorded, not run, and the graph's run waits
-/// for the program; so it does where `background` asks. Also says whether the program takes
-/// the quick tier.
+/// tier as graphs whatever the tiering asked (runtime::Tiering::Graph). In fused eager mode it compiles on a
+/// worker thread (compile_pool.rs), or waits for its graph's run where new graphs may compile
+/// as one program (fused::fuse_new_graphs): the call is recorded, not run, and the graph's run
+/// waits for the program; where `background` asks, it compiles on a worker thread ahead of
+/// need. Also says whether the program takes the quick tier for good.
 fn compile_program(info: &OpInfo, text: String, tiering: Tiering, background: bool) -> Result<(Arc<Program>, bool), Error> {
     let rt = runtime()?;
-    let tiering = if info.qualified.starts_with("torchtpu::run_graph") { Tiering::Full } else { tiering };
-    let quick = crate::runtime::takes_quick_tier(&text, tiering);
-    let (qualified, base) = (info.qualified.clone(), info.base.clone());
-    let compile = move || rt.compile(&qualified, &text, tiering).map_err(|e| format!("torchtpu: compiling {base} failed: {}\n{text}", e.message));
+    let tiering = if info.qualified.starts_with("torchtpu::run_graph") { Tiering::Graph } else { tiering };
+    let first = crate::runtime::first_build(&text, tiering);
+    let quick = first == FirstBuild::Quick;
     // A user's kernel compiles at its call even in fused eager mode: its text is the user's
     // (a compile error is a usage error, raised at the call).
     let users_text = info.qualified == "torchtpu::stablehlo_kernel";
-    if background || (fused::enabled() && !users_text) {
-        let urgency = if background { Urgency::Ahead } else { Urgency::Needed };
-        return Ok((compile_pool::submit(urgency, compile), quick));
+    // Needed now but large, looping or a graph: the quick tier first, the full tier after some
+    // runs.
+    let quick_first = first == FirstBuild::QuickThenFull && !background && !users_text;
+    let text: Arc<str> = text.into();
+    // A program's first build at `tiering`, or (None) its tier-up's at the full tier.
+    let compiler = |tiering: Option<Tiering>| {
+        let (qualified, base, text) = (info.qualified.clone(), info.base.clone(), text.clone());
+        move || {
+            let exe = match tiering {
+                Some(tiering) => rt.compile(&qualified, &text, tiering),
+                None => rt.tier_up(&qualified, &text),
+            };
+            exe.map_err(|e| format!("torchtpu: compiling {base} failed: {}\n{text}", e.message))
+        }
+    };
+    let compile = compiler(Some(if quick || quick_first { Tiering::Quick } else { Tiering::Full }));
+    let program = if background {
+        compile_pool::submit(Urgency::Ahead, compile)
+    } else if fused::enabled() && !users_text && fused::fuse_new_graphs() {
+        // Compiled when its graph runs op by op; a new graph may compile as one program
+        // instead (fused.rs).
+        compile_pool::deferred(compile)
+    } else if fused::enabled() && !users_text {
+        compile_pool::submit(Urgency::Needed, compile)
+    } else {
+        Program::compile_here(compile).map_err(Error::runtime)?
+    };
+    if quick_first {
+        program.tier_up_to(compiler(None));
     }
-    compile().map(|exe| (Program::compiled(exe), quick)).map_err(Error::runtime)
+    Ok((program, quick))
 }
 
 /// Compiles a user's serialized module (a kernel whose program is the module itself).
 fn compile_module(info: &OpInfo, module: &[u8]) -> Result<Arc<Program>, Error> {
     let rt = runtime()?;
-    rt.compile_code(&info.qualified, module).map(Program::compiled).map_err(|e| Error::runtime(format!("torchtpu: compiling a kernel module failed: {}", e.message)))
+    Program::compile_here(|| rt.compile_code(&info.qualified, module)).map_err(|e| Error::runtime(format!("torchtpu: compiling a kernel module failed: {}", e.message)))
 }
 
 /// A device check's result [1 + member, position, value] as [failure id, position, value]

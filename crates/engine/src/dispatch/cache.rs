@@ -50,15 +50,18 @@ pub(super) enum RetSpec {
     Undefined,
 }
 
-pub(super) struct Entry {
+pub(crate) struct Entry {
     /// Compiled, or compiling on a worker thread (fused eager mode, promotions).
-    pub(super) exe: Arc<Program>,
-    /// Whether it took the quick tier (a fused graph of such programs takes it too).
-    pub(super) quick: bool,
+    pub(crate) exe: Arc<Program>,
+    /// Whether it took the quick tier for good (a fused graph of such programs takes it too);
+    /// not one that compiled at the quick tier first and tiers up (compile_pool's `TierUp`).
+    pub(crate) quick: bool,
     /// Unique per entry (fused graphs are keyed by their ops' entries).
-    pub(super) id: u64,
+    pub(crate) id: u64,
+    /// The op it was compiled for (its qualified name), for compile_stats.
+    pub(crate) op: Arc<str>,
     /// The program's text (fused.rs composes graphs of it); None for a user's module.
-    pub(super) text: Option<Arc<str>>,
+    pub(crate) text: Option<Arc<str>>,
     /// Per result, its bytes where the program returns a constant integer scalar (a number
     /// return such as attention's max_q): fused eager mode gives it as a computed tensor, so
     /// that the shim's read of the number does not run the recorded graph.
@@ -213,6 +216,57 @@ pub fn stats() -> Stats {
     s
 }
 
+/// One cached program, for compile_stats' "programs".
+#[derive(Clone, Debug)]
+pub struct ProgramStats {
+    /// The op it was compiled for ("torchtpu::fused" for a fused eager graph's program), the
+    /// ops it runs (that op, or the graph's in order) and its parameters' types ("(4x4xf32, f32)").
+    pub op: String,
+    pub ops: Vec<String>,
+    pub signature: String,
+    /// Its compile's (or persistent-cache load's) seconds; None while it compiles or where it
+    /// failed.
+    pub compile_seconds: Option<f64>,
+    /// Calls it served since it was cached, and how many op calls ago the last one was.
+    pub calls: u64,
+    pub calls_ago: u64,
+    /// Whether it is a bucketed program serving shapes other than its own (buckets.rs).
+    pub bucketed: bool,
+    /// The tier of the code that runs it now: "quick" or "full" (a program that compiled at
+    /// the quick tier first is "full" once its full-tier build took over).
+    pub tier: &'static str,
+}
+
+/// The in-memory cache's programs, each once (an entry cached under several keys sums their
+/// calls), and fused eager mode's, most recently used first.
+pub fn program_stats() -> Vec<ProgramStats> {
+    with_engine(|e| {
+        let mut by_id: std::collections::HashMap<u64, ProgramStats> = std::collections::HashMap::new();
+        for c in e.cache.values() {
+            let calls_ago = e.tick - c.used;
+            let row = by_id.entry(c.entry.id).or_insert_with(|| ProgramStats {
+                op: c.entry.op.to_string(),
+                ops: vec![c.entry.op.to_string()],
+                signature: c.entry.text.as_deref().map(crate::runtime::signature).unwrap_or_default(),
+                compile_seconds: c.entry.exe.compile_seconds(),
+                calls: 0,
+                calls_ago,
+                bucketed: c.bucket.is_some() && !matches!(c.promotion, Promotion::Done),
+                tier: match c.entry.exe.tiered_up() {
+                    Some(up) => if up { "full" } else { "quick" },
+                    None => if c.entry.quick { "quick" } else { "full" },
+                },
+            });
+            // The call that compiled it is its first.
+            row.calls += c.runs as u64 + 1;
+            row.calls_ago = row.calls_ago.min(calls_ago);
+        }
+        let mut rows: Vec<ProgramStats> = by_id.into_values().chain(e.fused.program_stats(e.tick)).collect();
+        rows.sort_by_key(|r| r.calls_ago);
+        rows
+    })
+}
+
 /// Starts the counts of `stats`, fused eager mode's, the compile times and the persistent
 /// cache's over from zero (torch.tpu.compile_stats(reset=True)); cached programs stay.
 pub fn reset_stats() {
@@ -220,7 +274,7 @@ pub fn reset_stats() {
         e.stats = Stats::default();
         e.fused.stats = Default::default();
     });
-    compile_pool::reset_seconds();
+    compile_pool::reset_counts();
     crate::runtime::reset_compile_times();
     crate::disk_cache::reset_counts();
 }

@@ -8,7 +8,8 @@ mod lookup;
 mod record;
 mod run;
 
-pub use cache::{reset_stats, stats, BucketCall, Stats};
+pub use cache::{program_stats, reset_stats, stats, BucketCall, ProgramStats, Stats};
+pub(crate) use cache::Entry;
 pub use key::KeyHasher;
 
 use crate::abi::*;

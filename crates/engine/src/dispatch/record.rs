@@ -84,6 +84,6 @@ pub(super) fn record(engine: &mut Engine, info: &OpInfo, entry: &Arc<Entry>, buc
         graph.acc = Some(acc.clone());
         outs.push((acc, DType::I64, vec![3]));
     }
-    engine.fused.push(fused::Op { name: info.base.clone(), exe: entry.exe.clone(), quick: entry.quick, id: entry.id, text: entry.text.clone(), inputs, outs });
+    engine.fused.push(fused::Op { name: info.base.clone(), entry: entry.clone(), inputs, outs }, engine.tick);
     Ok(returns_of(entry, made))
 }

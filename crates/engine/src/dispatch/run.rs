@@ -164,7 +164,7 @@ pub(super) fn run(entry: &Entry, name: &str, bucket: Option<&BucketCall>, args: 
             }
         }
     }
-    let exe = entry.exe.get()?;
+    let exe = entry.exe.for_run()?;
     let launched_ns = crate::trace::launch_clock();
     let mut outputs = exe.execute(&inputs, rt.device(device)?)?;
     drop(inputs);

@@ -26,6 +26,7 @@ pub(crate) fn cpp_type_name(d: DType) -> &'static str {
         F8E5M2FNUZ => "c10::Float8_e5m2fnuz",
         F8E4M3FNUZ => "c10::Float8_e4m3fnuz",
         F8E8M0FNU => "c10::Float8_e8m0fnu",
+        F4E2M1FNX2 => "c10::Float4_e2m1fn_x2",
         U16 => "unsigned short",
         U32 => "unsigned int",
         U64 => "unsigned long",

@@ -88,8 +88,9 @@ fn graph(id: i64) -> Result<Arc<Graph>> {
 }
 
 pub(crate) const OPS: &[Op] = &[
-    // Also run_graph_ (the same base name), which writes the mutated inputs.
-    op("torchtpu::run_graph", run_graph).host_tensors(),
+    // Also run_graph_ (the same base name), which writes the mutated inputs. Its nodes check
+    // their float4 tensors themselves.
+    op("torchtpu::run_graph", run_graph).host_tensors().float4(),
     // Prims that PyTorch's decompositions leave in graphs (with symbolic sizes in particular).
     op("prims::convert_element_type", convert_element_type),
 ];
@@ -176,7 +177,8 @@ fn lower_node(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Draws) -> Re
     let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, values, a, draws)).collect::<Result<_>>()?;
     // What a lowering cannot do in a graph is said as the compiler's refusal, so that the
     // backend runs the graph eagerly instead (dynamo.py).
-    let outs = (lowering.f)(cx, &Args { op: base, names: &node.arg_names, values: &vals }).map_err(|e| match e.kind {
+    let args = Args { op: base, names: &node.arg_names, values: &vals };
+    let outs = crate::float4::check(&lowering, &args).and_then(|()| (lowering.f)(cx, &args)).map_err(|e| match e.kind {
         crate::error::ErrorKind::NotImplemented if !e.message.starts_with("torchtpu.compile:") => {
             crate::error::TorchError { kind: e.kind, message: format!("torchtpu.compile: {}: {}", node.target, e.message) }
         }

@@ -25,8 +25,8 @@ pub(crate) const OPS: &[Op] = &[
     op("maximum", maximum).pointwise(),
     op("minimum", minimum).pointwise(),
     op("atan2", atan2).pointwise(),
-    op("eq", |cx, a| compare(cx, a, CmpDir::Eq)).pointwise(),
-    op("ne", |cx, a| compare(cx, a, CmpDir::Ne)).pointwise(),
+    op("eq", |cx, a| compare(cx, a, CmpDir::Eq)).pointwise().float4(),
+    op("ne", |cx, a| compare(cx, a, CmpDir::Ne)).pointwise().float4(),
     op("lt", |cx, a| compare(cx, a, CmpDir::Lt)).pointwise(),
     op("le", |cx, a| compare(cx, a, CmpDir::Le)).pointwise(),
     op("gt", |cx, a| compare(cx, a, CmpDir::Gt)).pointwise(),
@@ -43,7 +43,7 @@ pub(crate) const OPS: &[Op] = &[
     op("abs", abs).pointwise(),
     op("sign", sign).pointwise(),
     op("sgn", sign).pointwise(),
-    op("where", where_).pointwise(),
+    op("where", where_).pointwise().float4(),
     op("clamp", clamp).pointwise(),
     op("clip", clamp).pointwise(),
     op("clamp_min", clamp_min).pointwise(),
@@ -87,9 +87,11 @@ pub(crate) const OPS: &[Op] = &[
     op("_conj_physical", conj_physical).pointwise(),
     op("isnan", |cx, a| {
         let x = a.tensor("self")?;
-        let out = if x.dtype.is_float() { cx.compare(CmpDir::Ne, x.v, x.v) } else { cx.full(0.0, DType::Bool, &cx.dims(x.v)) };
+        // Float4 has no NaN.
+        let nan_free = !x.dtype.is_float() || x.dtype == DType::F4E2M1FNX2;
+        let out = if nan_free { cx.full(0.0, DType::Bool, &cx.dims(x.v)) } else { cx.compare(CmpDir::Ne, x.v, x.v) };
         one(out)
-    }).pointwise(),
+    }).pointwise().float4(),
     op("isinf", |cx, a| {
         let x = a.tensor("self")?;
         let dims = cx.dims(x.v);

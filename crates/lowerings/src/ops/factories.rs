@@ -13,10 +13,10 @@ use stablehlo::{CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
     op("fill", fill).pointwise(),
-    op("zero", zero).pointwise(),
-    op("copy", copy).host_tensors().pointwise(),
-    op("clone", clone).pointwise(),
-    op("_to_copy", to_copy).host_tensors().pointwise(),
+    op("zero", zero).pointwise().float4(),
+    op("copy", copy).host_tensors().pointwise().float4(),
+    op("clone", clone).pointwise().float4(),
+    op("_to_copy", to_copy).host_tensors().pointwise().float4(),
     op("arange", arange).specialized(),
     op("linspace", linspace).specialized(),
     // Routed: range.out_'s composite calls the CPU kernel range_out, which writes through data_ptr.
@@ -40,18 +40,18 @@ pub(crate) const OPS: &[Op] = &[
     // The values are computed on the host from start, end and base.
     op("logspace", logspace).specialized(),
     op("full", full),
-    op("empty", zeros_of_size),
-    op("zeros", zeros_of_size),
-    op("empty_permuted", zeros_of_size),
-    op("empty_strided", zeros_of_size),
-    op("new_empty", new_zeros),
-    op("new_zeros", new_zeros),
-    op("new_empty_strided", new_zeros),
+    op("empty", zeros_of_size).float4(),
+    op("zeros", zeros_of_size).float4(),
+    op("empty_permuted", zeros_of_size).float4(),
+    op("empty_strided", zeros_of_size).float4(),
+    op("new_empty", new_zeros).float4(),
+    op("new_zeros", new_zeros).float4(),
+    op("new_empty_strided", new_zeros).float4(),
     op("scalar_tensor", scalar_tensor),
     op("full_like", full_like),
-    op("zeros_like", |cx, a| like(cx, a, 0.0)),
+    op("zeros_like", |cx, a| like(cx, a, 0.0)).float4(),
     op("ones_like", |cx, a| like(cx, a, 1.0)),
-    op("empty_like", |cx, a| like(cx, a, 0.0)),
+    op("empty_like", |cx, a| like(cx, a, 0.0)).float4(),
 ];
 
 /// The tensor whose shape and dtype a filling op produces: `self`, or `out` for out= forms.
@@ -95,6 +95,7 @@ fn copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         dims,
         b.unwrap_or(sdims)
     );
+    crate::float4::check_same("copy_", src.dtype, x.dtype)?;
     let v = cx.cast(src.v, x.dtype);
     one(cx.broadcast_to(v, &dims))
 }
@@ -107,6 +108,7 @@ fn clone(_cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 fn to_copy(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let x = args.tensor("self")?;
     let dt = args.dtype("dtype")?.unwrap_or(x.dtype);
+    crate::float4::check_same("copy_kernel", x.dtype, dt)?;
     one(cx.cast(x.v, dt))
 }
 

@@ -19,7 +19,7 @@ use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, Value};
 
 pub(crate) const OPS: &[Op] = &[
-    op("index_select", index_select),
+    op("index_select", index_select).float4(),
     // Bucketed in scopes (padded inputs, see the engine's buckets.rs): their index checks and
     // negative indices read self's real sizes, and scatters drop the index's padding lanes.
     op("gather", gather).bucketed_in_scopes(),

@@ -2,7 +2,10 @@
 //! inference recipes call: one dot_general on the float8 operands, summed in float32, then the
 //! scales. PyTorch's CPU kernel (the reference) scales the operands first and multiplies in
 //! float32; the scales factor out of each row's and column's sum, so both agree to float32
-//! rounding.
+//! rounding. Block-wise scales (`F.scaled_mm`'s MXFP8 and DeepSeek-style recipes, which
+//! PyTorch's CPU kernel does not run) vary along the sum: the operands are scaled first, as
+//! CUDA's recipes define them, and multiplied in float32. `use_fast_accum` changes nothing:
+//! the sum is always float32.
 use crate::args::{Args, Tensor};
 use crate::blocks::contract::contract;
 use crate::blocks::type_names::shape_str;
@@ -19,12 +22,29 @@ fn is_float8(d: DType) -> bool {
     matches!(d, F8E5M2 | F8E4M3FN | F8E5M2FNUZ | F8E4M3FNUZ | F8E8M0FNU)
 }
 
-/// How the scales apply (PyTorch's ScalingType): one per matrix, or one per row of a and
-/// column of b.
+/// How the scales apply (PyTorch's ScalingType): one per matrix, one per row of a and
+/// column of b, or per block (each operand's float32 scale per element, (M, K) and (K, N)).
 #[derive(Copy, Clone, PartialEq)]
 enum Scaling {
     TensorWise,
     RowWise,
+    Blocks(Value, Value),
+}
+
+/// PyTorch's ScalingType and SwizzleType numbering.
+const TENSOR_WISE: i64 = 0;
+const ROW_WISE: i64 = 1;
+const BLOCK_1X32: i64 = 3;
+const BLOCK_1X128: i64 = 4;
+const BLOCK_128X128: i64 = 5;
+const SWIZZLE_32_4_4: i64 = 1;
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+fn round_up(a: i64, b: i64) -> i64 {
+    ceil_div(a, b) * b
 }
 
 /// Contiguous strides of `dims` (what PyTorch's message prints for a dense scale).
@@ -99,7 +119,8 @@ fn scaled_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 /// (self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], swizzle_b[], bias?,
 /// out_dtype?, contraction_dim[], use_fast_accum) -> Tensor: `F.scaled_mm`. Tensor-wise and
-/// row-wise recipes, as PyTorch's CPU kernel; swizzles are ignored there too.
+/// row-wise recipes as PyTorch's CPU kernel (swizzles are ignored there too); MXFP8 and the
+/// DeepSeek-style 1x128 and 128x128 recipes as CUDA's (`block_scales`).
 fn scaled_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let a = args.tensor("self")?;
     let b = args.tensor("mat2")?;
@@ -133,17 +154,20 @@ fn scaled_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     }
     let (sa, sb) = (args.tensors("scale_a")?, args.tensors("scale_b")?);
     let (ra, rb) = (args.ints("recipe_a")?, args.ints("recipe_b")?);
-    // PyTorch's ScalingType numbering: 0 TensorWise, 1 RowWise.
+    let swizzles = (args.ints("swizzle_a")?, args.ints("swizzle_b")?);
     let scaling = match (ra.as_slice(), rb.as_slice(), sa.as_slice(), sb.as_slice()) {
-        ([0], [0], [x], [y]) if x.dtype == DType::F32 && y.dtype == DType::F32 && cx.numel(x.v) == 1 && cx.numel(y.v) == 1 => {
+        ([TENSOR_WISE], [TENSOR_WISE], [x], [y])
+            if x.dtype == DType::F32 && y.dtype == DType::F32 && cx.numel(x.v) == 1 && cx.numel(y.v) == 1 =>
+        {
             Some(Scaling::TensorWise)
         }
-        ([1], [1], [x], [y]) if x.dtype == DType::F32 && y.dtype == DType::F32 => {
+        ([ROW_WISE], [ROW_WISE], [x], [y]) if x.dtype == DType::F32 && y.dtype == DType::F32 => {
             let (xd, yd) = (cx.dims(x.v), cx.dims(y.v));
             check!(xd == [ad[0], 1], Value, "scale_a must have shape [{}, 1], got [{}]", ad[0], shape_str(&xd));
             check!(yd == [1, bd[1]], Value, "scale_b must have shape [1, {}], got [{}]", bd[1], shape_str(&yd));
             Some(Scaling::RowWise)
         }
+        ([r], [q], [x], [y]) => block_scales(cx, &a, &b, (*r, *q), (x, y), &swizzles)?,
         _ => None,
     };
     let Some(scaling) = scaling else {
@@ -195,6 +219,16 @@ fn scaled_product(
     out_dtype: DType,
 ) -> Value {
     let (m, n) = (cx.dims(a.v)[0], cx.dims(b.v)[1]);
+    if let Scaling::Blocks(ea, eb) = scaling {
+        // Scaled operands in float32 (a float8 value times MX's power-of-two scale is exact
+        // there; times a float32 scale, rounded once), summed in float32.
+        let af = cx.cast(a.v, DType::F32);
+        let af = cx.b.mul(af, ea);
+        let bf = cx.cast(b.v, DType::F32);
+        let bf = cx.b.mul(bf, eb);
+        let product = contract(cx, af, bf, (&[], &[]), (&[1], &[0]));
+        return finish(cx, product, bias, scale_result, out_dtype);
+    }
     let product = if a.dtype == b.dtype {
         contract(cx, a.v, b.v, (&[], &[]), (&[1], &[0]))
     } else {
@@ -205,12 +239,18 @@ fn scaled_product(
     let product = cx.cast(product, DType::F32);
     let (sa, sb) = match scaling {
         Scaling::TensorWise => (as_scalar(cx, sa.v), as_scalar(cx, sb.v)),
-        Scaling::RowWise => (sa.v, sb.v),
+        _ => (sa.v, sb.v),
     };
     let sa = cx.b.broadcast_to(sa, &[m, n]);
     let sb = cx.b.broadcast_to(sb, &[m, n]);
-    let mut out = cx.b.mul(product, sa);
-    out = cx.b.mul(out, sb);
+    let out = cx.b.mul(product, sa);
+    let out = cx.b.mul(out, sb);
+    finish(cx, out, bias, scale_result, out_dtype)
+}
+
+/// The scaled float32 product plus the bias, over scale_result, as `out_dtype`.
+fn finish(cx: &mut Cx, mut out: Value, bias: Option<Tensor>, scale_result: Option<Tensor>, out_dtype: DType) -> Value {
+    let (m, n) = (cx.dims(out)[0], cx.dims(out)[1]);
     if let Some(bias) = bias {
         let bias = cx.cast(bias.v, DType::F32);
         let bias = cx.b.broadcast_to(bias, &[m, n]);
@@ -229,4 +269,89 @@ fn scaled_product(
 /// A one-element tensor as a 0-d value.
 fn as_scalar(cx: &mut Cx, v: Value) -> Value {
     cx.b.reshape(v, &[])
+}
+
+/// F.scaled_mm's block-wise recipes, with CUDA's checks and messages (PyTorch's CPU kernel runs
+/// none of them): MXFP8 (float8_e4m3fn operands, float8_e8m0fnu scales per 32 elements along K,
+/// in the SWIZZLE_32_4_4 layout cuBLAS reads) and DeepSeek's (float8_e4m3fn operands, float32
+/// scales per 1x128 or 128x128 block). Gives each operand's scales per element; None where the
+/// recipes are none of these.
+fn block_scales(cx: &mut Cx, a: &Tensor, b: &Tensor, recipes: (i64, i64), scales: (&Tensor, &Tensor), swizzles: &(Vec<i64>, Vec<i64>)) -> Result<Option<Scaling>> {
+    let (sa, sb) = scales;
+    let (m, k, n) = (cx.dims(a.v)[0], cx.dims(a.v)[1], cx.dims(b.v)[1]);
+    let e4m3 = a.dtype == DType::F8E4M3FN && b.dtype == DType::F8E4M3FN;
+    match recipes {
+        (BLOCK_1X32, BLOCK_1X32) if e4m3 && sa.dtype == DType::F8E8M0FNU && sb.dtype == DType::F8E8M0FNU => {
+            let kb = ceil_div(k, 32);
+            let (want_a, want_b) = (round_up(m, 128) * round_up(kb, 4), round_up(n, 128) * round_up(kb, 4));
+            check!(cx.numel(sa.v) == want_a, Value, "For Blockwise scaling scale_a should have {} elements, got: {}", want_a, cx.numel(sa.v));
+            check!(cx.numel(sb.v) == want_b, Value, "For Blockwise scaling scale_b should have {} elements, got: {}", want_b, cx.numel(sb.v));
+            check!(swizzles.0.first() == Some(&SWIZZLE_32_4_4), Value, "scale_a must be swizzled to SWIZZLE_32_4_4 format");
+            check!(swizzles.1.first() == Some(&SWIZZLE_32_4_4), Value, "scale_b must be swizzled to SWIZZLE_32_4_4 format");
+            // Per row of a and per column of b, one scale per 32 elements of K.
+            let per_a = unswizzle(cx, sa.v, m, kb);
+            let per_b = unswizzle(cx, sb.v, n, kb);
+            let ea = along_k(cx, per_a, 32, k);
+            let eb = along_k(cx, per_b, 32, k);
+            let eb = cx.b.transpose(eb, &[1, 0]);
+            Ok(Some(Scaling::Blocks(ea, eb)))
+        }
+        (BLOCK_1X128 | BLOCK_128X128, BLOCK_1X128 | BLOCK_128X128) if e4m3 && sa.dtype == DType::F32 && sb.dtype == DType::F32 => {
+            if recipes == (BLOCK_128X128, BLOCK_128X128) {
+                return Ok(None);
+            }
+            let ea = deepseek_scales(cx, "scale_a", sa, recipes.0, m, k)?;
+            let eb = deepseek_scales(cx, "scale_b", sb, recipes.1, n, k)?;
+            let eb = cx.b.transpose(eb, &[1, 0]);
+            Ok(Some(Scaling::Blocks(ea, eb)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A DeepSeek-style operand's float32 scales per element, (rows, k), after CUDA's shape check:
+/// a 1x128 recipe's scales are (rows, K blocks), a 128x128 one's (K blocks rounded up to 4, row
+/// blocks).
+fn deepseek_scales(cx: &mut Cx, name: &str, scales: &Tensor, recipe: i64, rows: i64, k: i64) -> Result<Value> {
+    let kb = ceil_div(k, 128);
+    let want = if recipe == BLOCK_1X128 { [rows, kb] } else { [round_up(kb, 4), ceil_div(rows, 128)] };
+    let got = cx.dims(scales.v);
+    check!(got == want, Value, "{} must have shape {} x {} Float elements, got {}", name, want[0], want[1], shape_str(&got));
+    Ok(if recipe == BLOCK_1X128 { along_k(cx, scales.v, 128, k) } else { square_blocks(cx, scales.v, rows, k) })
+}
+
+/// cuBLAS's block-scaling-factor layout (SWIZZLE_32_4_4) read back as float32 scales of
+/// `rows` x `cols`: the matrix padded to 128-row, 4-column tiles, the tiles in row-major order,
+/// each stored as 32 x 16 with element (r, c) of the tile at [r % 32][(r / 32) * 4 + c].
+fn unswizzle(cx: &mut Cx, v: Value, rows: i64, cols: i64) -> Value {
+    let (tile_rows, tile_cols) = (ceil_div(rows, 128), ceil_div(cols, 4));
+    let v = cx.cast(v, DType::F32);
+    let tiles = cx.b.reshape(v, &[tile_rows, tile_cols, 32, 4, 4]);
+    // (tile row, tile column, r % 32, r / 32, c) -> (tile row, r / 32, r % 32, tile column, c)
+    let ordered = cx.b.transpose(tiles, &[0, 3, 2, 1, 4]);
+    let padded = cx.b.reshape(ordered, &[tile_rows * 128, tile_cols * 4]);
+    cx.b.slice(padded, &[0, 0], &[rows, cols], &[1, 1])
+}
+
+/// Scales (rows, ceil(k / block)) spread over each block's elements: (rows, k), float32.
+fn along_k(cx: &mut Cx, scales: Value, block: i64, k: i64) -> Value {
+    let rows = cx.dims(scales)[0];
+    let blocks = ceil_div(k, block);
+    let scales = cx.cast(scales, DType::F32);
+    let scales = cx.b.slice(scales, &[0, 0], &[rows, blocks], &[1, 1]);
+    let spread = cx.b.broadcast_in_dim(scales, &[rows, blocks, block], &[0, 1]);
+    let flat = cx.b.reshape(spread, &[rows, blocks * block]);
+    cx.b.slice(flat, &[0, 0], &[rows, k], &[1, 1])
+}
+
+/// 128x128-block scales, stored (round_up(k blocks, 4), row blocks) as CUDA's recipe has them,
+/// spread over each block's elements: (rows, k), float32.
+fn square_blocks(cx: &mut Cx, scales: Value, rows: i64, k: i64) -> Value {
+    let (row_blocks, k_blocks) = (ceil_div(rows, 128), ceil_div(k, 128));
+    let scales = cx.cast(scales, DType::F32);
+    let used = cx.b.slice(scales, &[0, 0], &[k_blocks, row_blocks], &[1, 1]);
+    let by_row = cx.b.transpose(used, &[1, 0]);
+    let spread = cx.b.broadcast_in_dim(by_row, &[row_blocks, 128, k_blocks, 128], &[0, 2]);
+    let flat = cx.b.reshape(spread, &[row_blocks * 128, k_blocks * 128]);
+    cx.b.slice(flat, &[0, 0], &[rows, k], &[1, 1])
 }

@@ -10,16 +10,16 @@ use crate::{check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, TensorType, Value};
 
 pub(crate) const OPS: &[Op] = &[
-    op("cat", cat).bucketed(),
+    op("cat", cat).bucketed().float4(),
     // Routed: PyTorch's composite _stack.out concatenates without the new dim (its CPU kernel
     // stacks).
-    op("_stack", stack).routed(&["_stack", "_stack.out"]),
-    op("narrow_copy", narrow_copy),
+    op("_stack", stack).routed(&["_stack", "_stack.out"]).float4(),
+    op("narrow_copy", narrow_copy).float4(),
     // Routed: its composites (FSDP2's gradient packing) pad and copy one tensor at a time, and
     // read past a 0-d input's sizes.
     op("_chunk_cat", chunk_cat).routed(&["_chunk_cat", "_chunk_cat.out"]),
-    op("flip", flip),
-    op("roll", roll),
+    op("flip", flip).float4(),
+    op("roll", roll).float4(),
     op("tril", |cx, a| triangle(cx, a, true)),
     op("triu", |cx, a| triangle(cx, a, false)),
     op("unfold_backward", unfold_backward),
@@ -29,7 +29,7 @@ pub(crate) const OPS: &[Op] = &[
     op("channel_shuffle", channel_shuffle),
     op("native_channel_shuffle", channel_shuffle),
     op("slice_scatter", slice_scatter),
-    op("repeat", repeat),
+    op("repeat", repeat).float4(),
     op("constant_pad_nd", constant_pad_nd),
     op("select_scatter", select_scatter),
 ];
