@@ -196,3 +196,164 @@ def test_compiled_graph_moves_float4_bytes():
     # An op that does not take float4 refuses it in a graph too.
     with pytest.raises(NotImplementedError, match=NOT_IMPLEMENTED):
         torch.compile(lambda t: t.abs(), backend="tpu")(a.to(TPU))
+
+
+# Scaled products of float4 operands: MXFP4 (one float8_e8m0fnu scale per 32 values along K)
+# and NVFP4 (one float8_e4m3fn scale per 16, and in its two-level form a float32 scale per
+# operand), scales in cuBLAS's SWIZZLE_32_4_4 layout, through F.scaled_mm and torch._scaled_mm
+# as torchao calls them. PyTorch's CPU kernel runs none of these: checked against an emulation
+# written here (each value decoded, times its scale, multiplied in float32).
+
+F = torch.nn.functional
+BLOCK_RECIPES = pytest.mark.skipif(not hasattr(F, "ScalingType"), reason="this torch has no block-wise F.scaled_mm")
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def decoded(t, dim):
+    """float4 pairs as float32 values, twice as many along `dim` (each byte's low nibble first)."""
+    b = t.view(torch.uint8).long()
+    codes = torch.stack([b & 15, b >> 4], dim=dim + 1)
+    shape = list(t.shape)
+    shape[dim] *= 2
+    return E2M1[codes.reshape(shape)]
+
+
+def swizzle(scales):
+    """One-byte block scales (rows, cols) in cuBLAS's SWIZZLE_32_4_4 layout, flat: 128x4 tiles
+    (the matrix padded with ones) in row-major order, element (r, c) of a tile at
+    (r % 32) * 16 + (r // 32) * 4 + c."""
+    rows, cols = scales.shape
+    tiles_r, tiles_c = -(-rows // 128), -(-cols // 4)
+    padded = torch.ones(tiles_r * 128, tiles_c * 4).to(scales.dtype).view(torch.uint8)
+    padded[:rows, :cols] = scales.view(torch.uint8)
+    tiles = padded.view(tiles_r, 4, 32, tiles_c, 4).permute(0, 3, 2, 1, 4)
+    return tiles.reshape(-1).view(scales.dtype)
+
+
+def per_element(scales, block, k):
+    return scales.float().repeat_interleave(block, 1)[:, :k]
+
+
+class Operands:
+    """a (m, k/2) and b (k/2, n) on CPU and on tpu: b as torchao passes a weight, the transpose
+    of (n, k/2) (transposed on the device: CPU's copy has no kernel for float4's transposes)."""
+
+    def __init__(self, m, k, n, seed=0):
+        self.a, w = packed(m, k // 2, seed=seed), packed(n, k // 2, seed=seed + 1)
+        self.b = w.t()
+        self.dev = (self.a.to(TPU), w.to(TPU).t())
+
+
+def block_scales_for(recipe, rows, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    block = 16 if recipe == "nvfp4" else 32
+    kb = -(-k // block)
+    if recipe == "nvfp4":
+        return (torch.rand(rows, kb, generator=g) * 2 + 0.25).to(torch.float8_e4m3fn), block
+    return (2.0 ** torch.randint(-4, 5, (rows, kb), generator=g)).to(torch.float8_e8m0fnu), block
+
+
+def emulated_product(a, b, sa, sb, block, global_scale=None, bias=None, out_dtype=torch.bfloat16):
+    k = a.shape[1] * 2
+    out = (decoded(a, 1) * per_element(sa, block, k)) @ (decoded(b, 0) * per_element(sb, block, k).t())
+    if global_scale is not None:
+        out = out * global_scale
+    return (out if bias is None else out + bias.float()).to(out_dtype)
+
+
+def close(got, ref):
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    tol = dict(rtol=1e-5, atol=1e-4) if ref.dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(got.cpu(), ref, **tol)
+
+
+def test_decoding_table_is_float4_e2m1():
+    # Every code once: the emulation's table against the format's definition (sign, 2-bit
+    # exponent with bias 1, 1-bit mantissa).
+    for code in range(16):
+        sign, exponent, mantissa = code >> 3, (code >> 1) & 3, code & 1
+        value = mantissa * 0.5 if exponent == 0 else 2.0 ** (exponent - 1) * (1 + mantissa / 2)
+        assert E2M1[code].item() == (-value if sign else value)
+
+
+@BLOCK_RECIPES
+@pytest.mark.parametrize("recipe", ["mxfp4", "nvfp4", "nvfp4-two-level"])
+@pytest.mark.parametrize("shape", [(128, 64, 32), (40, 96, 24), (130, 160, 136)], ids=str)
+@pytest.mark.parametrize("output_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_functional_scaled_mm_float4(recipe, shape, output_dtype):
+    m, k, n = shape
+    ops = Operands(m, k, n)
+    a, b = ops.a, ops.b
+    (sa, block), (sb, _) = block_scales_for(recipe.split("-")[0], m, k, 2), block_scales_for(recipe.split("-")[0], n, k, 3)
+    kind = F.ScalingType.BlockWise1x16 if block == 16 else F.ScalingType.BlockWise1x32
+    swz = F.SwizzleType.SWIZZLE_32_4_4
+    bias = torch.randn(n).to(output_dtype) if output_dtype != torch.float32 else None
+    scale_a, scale_b = swizzle(sa).to(TPU), swizzle(sb).to(TPU)
+    if recipe == "nvfp4-two-level":
+        ga, gb = torch.tensor(0.75), torch.tensor(1.5)
+        ref = emulated_product(a, b, sa, sb, block, ga * gb, bias, output_dtype)
+        got = F.scaled_mm(*ops.dev, [scale_a, ga.to(TPU)], [kind, F.ScalingType.TensorWise],
+                          [scale_b, gb.to(TPU)], [kind, F.ScalingType.TensorWise], swizzle_a=[swz, swz],
+                          swizzle_b=[swz, swz], bias=None if bias is None else bias.to(TPU), output_dtype=output_dtype)
+    else:
+        ref = emulated_product(a, b, sa, sb, block, None, bias, output_dtype)
+        got = F.scaled_mm(*ops.dev, scale_a, kind, scale_b, kind, swizzle_a=swz, swizzle_b=swz,
+                          bias=None if bias is None else bias.to(TPU), output_dtype=output_dtype)
+    close(got, ref)
+
+
+@BLOCK_RECIPES
+@pytest.mark.parametrize("recipe", ["mxfp8", "mxfp4", "nvfp4"])
+def test_scaled_mm_block_scales_as_torchao_calls_it(recipe):
+    # torch._scaled_mm picks the block recipe from the operands' formats and the scales' dtype
+    # and count (torchao's MXFP8 and NVFP4 linear layers call it so).
+    m, k, n = 96, 128, 48
+    sa, block = block_scales_for("mxfp4" if recipe == "mxfp8" else recipe, m, k, 4)
+    sb, _ = block_scales_for("mxfp4" if recipe == "mxfp8" else recipe, n, k, 5)
+    if recipe == "mxfp8":
+        a = (torch.randn(m, k) * 4).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k) * 4).to(torch.float8_e4m3fn).t()
+        ref = ((a.float() * per_element(sa, 32, k)) @ (b.float() * per_element(sb, 32, k).t())).to(torch.bfloat16)
+        dev = (a.to(TPU), b.to(TPU))
+    else:
+        ops = Operands(m, k, n, seed=6)
+        ref = emulated_product(ops.a, ops.b, sa, sb, block)
+        dev = ops.dev
+    got = torch._scaled_mm(*dev, swizzle(sa).to(TPU), swizzle(sb).to(TPU), out_dtype=torch.bfloat16)
+    close(got, ref)
+
+
+@BLOCK_RECIPES
+def test_scaled_mm_float4_errors():
+    a, b = Operands(128, 64, 32).dev
+    sa, _ = block_scales_for("nvfp4", 128, 64, 0)
+    sb, _ = block_scales_for("nvfp4", 32, 64, 1)
+    sa, sb = swizzle(sa), swizzle(sb)
+    B16, TW = F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise
+    swz, none = F.SwizzleType.SWIZZLE_32_4_4, F.SwizzleType.NO_SWIZZLE
+    one = torch.tensor(1.0)
+    at = lambda *ts: [t.to(TPU) for t in ts]  # noqa: E731  (a and b are there already)
+    # CUDA's checks, with its messages (PyTorch's CPU kernel does not run block scales).
+    cases = {
+        "For Blockwise scaling scale_a should have 512 elements, got: 256":
+            lambda a, b, sa, sb, one: F.scaled_mm(a, b, sa[:256], B16, sb, B16, swizzle_a=swz, swizzle_b=swz),
+        "scale_b must be swizzled to SWIZZLE_32_4_4 format":
+            lambda a, b, sa, sb, one: F.scaled_mm(a, b, sa, B16, sb, B16, swizzle_a=swz, swizzle_b=none),
+        "swizzle_a must have 2 values, got 1":
+            lambda a, b, sa, sb, one: F.scaled_mm(a, b, [sa, one], [B16, TW], [sb, one], [B16, TW], swizzle_a=swz,
+                                                  swizzle_b=[swz, swz]),
+        "For Blockwise scaling scale_b should have 512 elements, got: 512":
+            lambda a, b, sa, sb, one: F.scaled_mm(a, b, [sa, one], [B16, TW], [sb, one.double()], [B16, TW],
+                                                  swizzle_a=[swz, swz], swizzle_b=[swz, swz]),
+    }
+    for message, fn in cases.items():
+        with pytest.raises(ValueError) as e:
+            fn(*at(a, b, sa, sb, one))
+        assert str(e.value) == message
+    # float4 against float8 operands: no recipe multiplies them.
+    e4m3 = torch.zeros(32, 32, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="^Invalid scaling configuration"):
+        F.scaled_mm(*at(a, e4m3, sa), B16, sb.to(TPU), B16, swizzle_a=swz, swizzle_b=swz)
+    # A float4 result has no kernel.
+    with pytest.raises(NotImplementedError, match="Float4_e2m1fn_x2 results"):
+        torch._scaled_mm(*at(a, b, sa, sb), out_dtype=F4)

@@ -1,6 +1,6 @@
 //! Which ops take float4_e2m1fn_x2 tensors (two float4 e2m1 values per byte): those that move
 //! or compare their bytes as they are (declared with `Op::float4`), as PyTorch's CPU kernels
-//! do. The rest raise PyTorch's NotImplementedError before lowering: on bytes, their
+//! do, and the scaled matrix products, which decode them. The rest raise PyTorch's NotImplementedError before lowering: on bytes, their
 //! arithmetic would give wrong numbers silently.
 use crate::args::{Arg, Args};
 use crate::bail;
@@ -25,9 +25,8 @@ pub fn check(decl: &Op, args: &Args) -> Result<()> {
         bail!(NotImplemented, "\"{}\" not implemented for '{NAME}'", args.op);
     }
     // Index tensors (integers) and masks (bool) go with float4 data; other data does not.
-    // (Copies check their own pair: check_same.)
-    let copy = matches!(args.op, "copy" | "_to_copy");
-    if copy {
+    // (Copies check their own pair, check_same; scaled products their operands and scales.)
+    if matches!(args.op, "copy" | "_to_copy" | "_scaled_mm" | "_scaled_mm_v2") {
         return Ok(());
     }
     if let Some(other) = dtypes.iter().find(|&&d| d != DType::F4E2M1FNX2 && (d.is_float() || d.is_complex() || d == DType::U8)) {
