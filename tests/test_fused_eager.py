@@ -280,16 +280,17 @@ import torch.nn.functional as F
 def f(x):
     y = torch.tanh(x) * 0.7 + torch.special.erf(x * 0.5)
     return (F.gelu(y) - torch.exp(-y.abs())).sum(dim=1)
-# Eager ops only (quick tier), then with a compiled function's graph (always the full tier).
-# Each graph runs strict first: its ops' programs are compiled then, so fused eager mode fuses
-# it once it repeats (not at its first run, as a graph of new programs).
+# Eager ops only (quick tier), then with a compiled function's graph (which tiers up). Each
+# graph runs strict first: its ops' programs are compiled then, so fused eager mode fuses it
+# once it repeats (not at its first run, as a graph of new programs): from its 8th run. The
+# second graph's fused program runs 9 times: its full-tier build starts at its 8th.
 compiled = torch.compile(lambda x: torch.exp(x).sum(dim=1), backend="tpu")
 torch.tpu.set_fused_eager(False)
 x = torch.randn(7, 9, device="tpu")
-for g in (f, lambda x: f(x) + compiled(x)):
+for g, runs in ((f, 9), (lambda x: f(x) + compiled(x), 16)):
     strict = g(x).cpu()
     torch.tpu.set_fused_eager(True)
-    for _ in range(9):
+    for _ in range(runs):
         torch.testing.assert_close(g(x).cpu(), strict, rtol=1e-6, atol=1e-6)
     torch.tpu.set_fused_eager(False)
 print(torch.tpu.compile_stats()["fused"]["fused_runs"])
@@ -298,15 +299,18 @@ print(torch.tpu.compile_stats()["fused"]["fused_runs"])
 
 def test_fused_programs_take_their_ops_tier(tmp_path):
     # Small programs compile at the quick tier, whose transcendental functions round unlike the
-    # full tier's: a fused graph of quick-tier programs takes the quick tier too, one with any
-    # other program (here a compiled graph's) the full tier, although its tensors are small.
+    # full tier's: a fused graph of quick-tier programs takes the quick tier for good, one with
+    # any other program (here a compiled graph's) tiers up as graphs do: the quick tier first
+    # (its tensors are small), its full-tier build from its 8th run.
     env = {**os.environ, "TORCHTPU_LOG_COMPILES": "1", "TORCHTPU_CACHE_DIR": str(tmp_path / "cache")}
     p = subprocess.run([sys.executable, "-c", FUSED_TIERS], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["4"]
+    assert p.stdout.split() == ["11"]
     fused = [line for line in p.stderr.splitlines() if line.startswith("torchtpu: compile torchtpu::fused")]
     assert len(fused) == 2, p.stderr
-    assert fused[0].endswith("(compiled, quick tier)") and fused[1].endswith("(compiled)"), fused
+    assert all(line.endswith("(compiled, quick tier)") for line in fused), fused
+    tier_ups = [line for line in p.stderr.splitlines() if line.startswith("torchtpu: tier-up torchtpu::fused")]
+    assert len(tier_ups) == 1, p.stderr
 
 
 def test_a_call_before_the_device_starts_outranks_the_environment():
