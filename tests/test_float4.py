@@ -357,3 +357,37 @@ def test_scaled_mm_float4_errors():
     # A float4 result has no kernel.
     with pytest.raises(NotImplementedError, match="Float4_e2m1fn_x2 results"):
         torch._scaled_mm(*at(a, b, sa, sb), out_dtype=F4)
+
+
+@BLOCK_RECIPES
+@pytest.mark.parametrize("elem", ["float8_e4m3fn", "float4_e2m1fn_x2"])
+def test_torchao_mx_inference_config(elem):
+    # torchao's MX recipe as a user applies it to a model on tpu: weights quantized on the
+    # device, activations at each call, products through torch._scaled_mm (MXFP8) or
+    # F.scaled_mm (MXFP4). Against torchao's emulated kernel on CPU from the same weights.
+    pytest.importorskip("torchao")
+    import copy
+
+    from torchao.prototype.mx_formats import MXDynamicActivationMXWeightConfig
+    from torchao.quantization import quantize_
+    from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+
+    dtype = getattr(torch, elem)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 128, bias=False), torch.nn.ReLU(),
+                                torch.nn.Linear(128, 64, bias=False)).to(torch.bfloat16)
+    x = torch.randn(32, 256, dtype=torch.bfloat16)
+    cpu = copy.deepcopy(model)
+    quantize_(cpu, MXDynamicActivationMXWeightConfig(activation_dtype=dtype, weight_dtype=dtype,
+                                                     kernel_preference=KernelPreference.EMULATED))
+    dev = model.to(TPU)
+    quantize_(dev, MXDynamicActivationMXWeightConfig(activation_dtype=dtype, weight_dtype=dtype))
+    for i in (0, 2):
+        # The same quantized bytes and scales as on CPU.
+        w, ref_w = dev[i].weight, cpu[i].weight
+        assert torch.equal(w.qdata.cpu().view(torch.uint8), ref_w.qdata.view(torch.uint8))
+        assert torch.equal(w.scale.cpu().view(torch.uint8), ref_w.scale.view(torch.uint8))
+    with torch.no_grad():
+        got, ref = dev(x.to(TPU)), cpu(x)
+    assert got.device.type == "tpu" and got.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu(), ref, rtol=2e-2, atol=2e-2)

@@ -57,7 +57,7 @@ pub(crate) const OPS: &[Op] = &[
     op("expm1", |cx, a| float_unary(cx, a, |cx, x| cx.expm1(x))).pointwise(),
     op("log", |cx, a| float_unary(cx, a, |cx, x| cx.log(x))).pointwise(),
     op("log1p", |cx, a| float_unary(cx, a, |cx, x| cx.log1p(x))).pointwise(),
-    op("log2", |cx, a| float_unary(cx, a, |cx, x| log_base(cx, x, 2.0))).pointwise(),
+    op("log2", |cx, a| float_unary(cx, a, log2)).pointwise(),
     op("log10", |cx, a| float_unary(cx, a, |cx, x| log_base(cx, x, 10.0))).pointwise(),
     op("sqrt", |cx, a| float_unary(cx, a, |cx, x| cx.sqrt(x))).pointwise(),
     op("rsqrt", |cx, a| float_unary(cx, a, |cx, x| cx.rsqrt(x))).pointwise(),
@@ -408,6 +408,51 @@ fn float_only(cx: &mut Cx, args: &Args, f: impl FnOnce(&mut Cx, Value) -> Value)
 fn chlo_unary(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let chlo = if args.op == "erfinv" { "erf_inv" } else { args.op };
     float_unary(cx, args, |cx, x| cx.chlo(chlo, &[x]))
+}
+
+/// log2 as the binary exponent plus the log of the mantissa in [sqrt(1/2), sqrt(2)): exact at
+/// powers of two and as accurate as log next to them, where log(x) / ln 2 is not (log2(8) gave
+/// 2.9999998, so floor(log2(8)) gave 2, and MX recipes' ceil(log2(amax / 448)) picked another
+/// block scale than CPU's). 16-bit floats go through float32, as on CPU.
+fn log2(cx: &mut Cx, x: Value) -> Value {
+    let dtype = cx.dtype(x);
+    let (bits, mantissa, bias) = match dtype {
+        DType::F32 => (DType::U32, 23, 127),
+        DType::F64 => (DType::U64, 52, 1023),
+        DType::F16 | DType::BF16 => {
+            let wide = cx.cast(x, DType::F32);
+            let l = log2(cx, wide);
+            return cx.cast(l, dtype);
+        }
+        _ => return log_base(cx, x, 2.0),
+    };
+    let dims = cx.dims(x);
+    let fallback = log_base(cx, x, 2.0);
+    let (uint, float) = (bits.elem(), dtype.elem());
+    let e = stablehlo::Ex::new(cx);
+    let x_ = e.of(x);
+    // Subnormals scaled into the normal range first.
+    let smallest_normal = 2f64.powi(1 - bias as i32);
+    let subnormal = x_.lt(smallest_normal);
+    let scaled = subnormal.select(x_ * 2f64.powi(mantissa as i32), x_);
+    let word = scaled.make(|b| b.bitcast_convert(scaled.v, uint));
+    let field = word.make(|b| {
+        let shift = b.splat_i64(mantissa, &stablehlo::TensorType::new(uint, &dims));
+        b.shift_right_logical(word.v, shift)
+    });
+    let exponent = field.cast(float) - bias as f64;
+    let exponent = subnormal.select(exponent - mantissa as f64, exponent);
+    let one_bits = (bias as i64) << mantissa;
+    let significand = (word & ((1i64 << mantissa) - 1)) | one_bits;
+    let m = significand.make(|b| b.bitcast_convert(significand.v, float));
+    let big = m.gt(std::f64::consts::SQRT_2);
+    let (m, exponent) = (big.select(m * 0.5, m), big.select(exponent + 1.0, exponent));
+    let r = exponent + m.ln() * std::f64::consts::LOG2_E;
+    // Zero, negatives, infinities and NaN as log gives them.
+    let finite_positive = x_.gt(0.0) & x_.is_finite();
+    let v = finite_positive.select(r, fallback).v;
+    drop(e);
+    v
 }
 
 fn log_base(cx: &mut Cx, x: Value, base: f64) -> Value {
