@@ -1,7 +1,8 @@
 //! Which ops take float4_e2m1fn_x2 tensors (two float4 e2m1 values per byte): those that move
 //! or compare their bytes as they are (declared with `Op::float4`), as PyTorch's CPU kernels
-//! do, and the scaled matrix products, which decode them. The rest raise PyTorch's NotImplementedError before lowering: on bytes, their
-//! arithmetic would give wrong numbers silently.
+//! do, and the scaled matrix products, which decode them. The rest raise PyTorch's
+//! NotImplementedError before lowering: on bytes, their arithmetic would give wrong numbers
+//! silently.
 use crate::args::{Arg, Args};
 use crate::bail;
 use crate::decl::Op;

@@ -431,7 +431,8 @@ fn log2(cx: &mut Cx, x: Value) -> Value {
     let (uint, float) = (bits.elem(), dtype.elem());
     let e = stablehlo::Ex::new(cx);
     let x_ = e.of(x);
-    // Subnormals scaled into the normal range first.
+    // Subnormals scaled into the normal range first, where the plugin keeps them (XLA:CPU
+    // flushes them to zero: there log2 of one is -inf, as log's is).
     let smallest_normal = 2f64.powi(1 - bias as i32);
     let subnormal = x_.lt(smallest_normal);
     let scaled = subnormal.select(x_ * 2f64.powi(mantissa as i32), x_);

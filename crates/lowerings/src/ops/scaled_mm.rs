@@ -335,7 +335,7 @@ fn block_scales(cx: &mut Cx, a: &Tensor, b: &Tensor, recipes: (&[i64], &[i64]), 
         let want = swizzled_count(rows, k, block);
         let got = list.first().map_or(0, |s| cx.numel(s.v));
         let global_ok = levels == 1 || (cx.numel(list[1].v) == 1 && list[1].dtype == DType::F32);
-        let ok = list.len() == levels && got == want && list[0].dtype == scale_dtype && global_ok;
+        let ok = list.len() == levels && got == want && list.first().is_some_and(|s| s.dtype == scale_dtype) && global_ok;
         check!(ok, Value, "For Blockwise scaling {} should have {} elements, got: {}", name, want, got);
     }
     for (name, list) in [("swizzle_a", &swizzles.0), ("swizzle_b", &swizzles.1)] {
