@@ -134,37 +134,33 @@ def test_compile_stats_lists_fused_programs_with_the_ops_they_hold():
 
     from helpers import TPU
 
-    was = torch.tpu.is_fused_eager()
-    torch.tpu.set_fused_eager(True)
-    try:
-        x = torch.randn(3, 17, device=TPU)
-        x.cpu()  # its own graph
+    torch.tpu.set_fused_eager(True)  # conftest restores the mode
+    x = torch.randn(3, 17, device=TPU)
+    x.cpu()  # its own graph
 
-        def fused():
-            return [p for p in torch.tpu.compile_stats()["programs"]
-                    if p["op"] == "torchtpu::fused" and p["ops"] == ["aten::mul", "aten::add", "aten::atan"]
-                    and p["signature"] == "(3x17xf32, i64, i64)"]
+    def fused():
+        return [p for p in torch.tpu.compile_stats()["programs"]
+                if p["op"] == "torchtpu::fused" and p["ops"] == ["aten::mul", "aten::add", "aten::atan"]
+                and p["signature"] == "(3x17xf32, i64, i64)"]
 
-        # A step's graph runs op by op a few times (more where its ops' programs change, as
-        # bucketed ones give way to exact ones), compiles as one program on a worker thread, and
-        # runs as that.
-        for _ in range(20):
-            got = (x * 3 + 1).atan().cpu()
-        torch.testing.assert_close(got, (x.cpu() * 3 + 1).atan())
-        rows = fused()
-        assert len(rows) == 1 and rows[0]["calls"] >= 1, [p for p in torch.tpu.compile_stats()["programs"] if p["op"] == "torchtpu::fused"]
-        runs = rows[0]["calls"]
-        for _ in range(2):
-            (x * 3 + 1).atan().cpu()
-        row = fused()[0]
-        assert row["calls"] == runs + 2 and row["calls_ago"] == 0 and row["compile_seconds"] > 0
-        assert not row["bucketed"] and row["tier"] == "quick"
-        # An op's own program lists itself (called alone, in strict mode: whether the graph's
-        # ops ran alone before its program took over depends on what the process ran before).
-        torch.tpu.set_fused_eager(False)
-        torch.atan(x).cpu()
-        programs = torch.tpu.compile_stats()["programs"]
-        assert any(p["op"] == "aten::atan" for p in programs)
-        assert all(p["ops"] == [p["op"]] for p in programs if p["op"] != "torchtpu::fused")
-    finally:
-        torch.tpu.set_fused_eager(was)
+    # A step's graph runs op by op a few times (more where its ops' programs change, as
+    # bucketed ones give way to exact ones), compiles as one program on a worker thread, and
+    # runs as that.
+    for _ in range(20):
+        got = (x * 3 + 1).atan().cpu()
+    torch.testing.assert_close(got, (x.cpu() * 3 + 1).atan())
+    rows = fused()
+    assert len(rows) == 1 and rows[0]["calls"] >= 1, [p for p in torch.tpu.compile_stats()["programs"] if p["op"] == "torchtpu::fused"]
+    runs = rows[0]["calls"]
+    for _ in range(2):
+        (x * 3 + 1).atan().cpu()
+    row = fused()[0]
+    assert row["calls"] == runs + 2 and row["calls_ago"] == 0 and row["compile_seconds"] > 0
+    assert not row["bucketed"] and row["tier"] == "quick"
+    # An op's own program lists itself (called alone, in strict mode: whether the graph's
+    # ops ran alone before its program took over depends on what the process ran before).
+    torch.tpu.set_fused_eager(False)
+    torch.atan(x).cpu()
+    programs = torch.tpu.compile_stats()["programs"]
+    assert any(p["op"] == "aten::atan" for p in programs)
+    assert all(p["ops"] == [p["op"]] for p in programs if p["op"] != "torchtpu::fused")

@@ -69,6 +69,10 @@ pub struct Op {
     /// (copies, cat, indexing, eq), as PyTorch's CPU kernels do; other ops refuse them
     /// (`float4::check`).
     pub float4: bool,
+    /// With `float4`: it pairs float4 tensors with other dtypes under checks of its own (copies
+    /// refuse conversions; scaled products take float8 scales), so `float4::check` leaves
+    /// mixing to it.
+    pub float4_mixes: bool,
 }
 
 /// Declares the lowering `f` of the op `name`.
@@ -96,6 +100,7 @@ const fn ops_named(names: Names, f: LowerFn) -> Op {
         bucketed: false,
         bucketed_in_scopes_only: false,
         float4: false,
+        float4_mixes: false,
     }
 }
 
@@ -148,6 +153,11 @@ impl Op {
     /// See `Op::float4`.
     pub const fn float4(self) -> Op {
         Op { float4: true, ..self }
+    }
+
+    /// See `Op::float4_mixes`.
+    pub const fn float4_mixes(self) -> Op {
+        Op { float4: true, float4_mixes: true, ..self }
     }
 
     /// See `Op::keep_composite`.

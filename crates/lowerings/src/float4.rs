@@ -25,9 +25,9 @@ pub fn check(decl: &Op, args: &Args) -> Result<()> {
     if !decl.float4 {
         bail!(NotImplemented, "\"{}\" not implemented for '{NAME}'", args.op);
     }
-    // Index tensors (integers) and masks (bool) go with float4 data; other data does not.
-    // (Copies check their own pair, check_same; scaled products their operands and scales.)
-    if matches!(args.op, "copy" | "_to_copy" | "_scaled_mm" | "_scaled_mm_v2") {
+    // Index tensors (integers) and masks (bool) go with float4 data; other data does not
+    // (where the op does not check its own pairs: `Op::float4_mixes`).
+    if decl.float4_mixes {
         return Ok(());
     }
     if let Some(other) = dtypes.iter().find(|&&d| d != DType::F4E2M1FNX2 && (d.is_float() || d.is_complex() || d == DType::U8)) {

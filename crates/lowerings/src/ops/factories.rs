@@ -14,9 +14,9 @@ use stablehlo::{CmpDir, ElemType, RngAlgorithm, TensorType, Value};
 pub(crate) const OPS: &[Op] = &[
     op("fill", fill).pointwise(),
     op("zero", zero).pointwise().float4(),
-    op("copy", copy).host_tensors().pointwise().float4(),
+    op("copy", copy).host_tensors().pointwise().float4_mixes(),
     op("clone", clone).pointwise().float4(),
-    op("_to_copy", to_copy).host_tensors().pointwise().float4(),
+    op("_to_copy", to_copy).host_tensors().pointwise().float4_mixes(),
     op("arange", arange).specialized(),
     op("linspace", linspace).specialized(),
     // Routed: range.out_'s composite calls the CPU kernel range_out, which writes through data_ptr.

@@ -16,7 +16,7 @@ use crate::error::{ErrorKind, Result, TorchError};
 use crate::{bail, check, one, op, Op, Out};
 use stablehlo::{Ex, Value};
 
-pub(crate) const OPS: &[Op] = &[op("_scaled_mm", scaled_mm).float4(), op("_scaled_mm_v2", scaled_mm_v2).float4()];
+pub(crate) const OPS: &[Op] = &[op("_scaled_mm", scaled_mm).float4_mixes(), op("_scaled_mm_v2", scaled_mm_v2).float4_mixes()];
 
 fn is_float8(d: DType) -> bool {
     use DType::*;
