@@ -45,6 +45,7 @@ BENCHES = [
     Bench("tiny_llama", "Tiny Llama training step", []),
     Bench("compiled_inplace", "Compiled optimizer steps that write their inputs in place", []),
     Bench("eager_compile", "What new shapes cost in eager mode", []),
+    Bench("transfers", "Copies between host memory and the device", []),
     Bench("all_reduce", "all_reduce bandwidth and a DDP step", []),
     Bench("flex_attention", "Compiled flex attention", []),
     Bench("serving", "vLLM serving throughput", [], python=".venv-serve/bin/python"),

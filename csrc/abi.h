@@ -105,6 +105,10 @@ const TtResult* tt_cell_resize(void* cell, int64_t nbytes);
 const TtResult* tt_cell_copy_bytes(void* dst, const void* src, int64_t nbytes);
 const TtResult* tt_to_host(const TtTensor* src, void* dst, int64_t nbytes);
 const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbytes);
+// Non-blocking copies to (from) host memory that stays valid (unchanged) until the copy is done:
+// the engine calls release(ctx) then. torch.tpu.synchronize and Events wait for them.
+const TtResult* tt_to_host_async(const TtTensor* src, void* dst, int64_t nbytes, void (*release)(void*), void* ctx);
+const TtResult* tt_from_host_async(const TtTensor* dst, const void* src, int64_t nbytes, void (*release)(void*), void* ctx);
 // The memory history's notes of a storage's birth (or move or growth) and release.
 void tt_history_alloc(void* cell, const void* address, size_t nbytes, int32_t device);
 void tt_history_free(void* cell);

@@ -73,6 +73,10 @@ struct TpuHooks final : at::PrivateUse1HooksInterface {
 };
 }  // namespace
 
+bool is_pinned_host(const at::Tensor& t) {
+  return t.device().is_cpu() && t.has_storage() && PinnedAllocator::holds(t.storage().data());
+}
+
 void register_hooks() {
   at::RegisterPrivateUse1HooksInterface(new TpuHooks());
   at::setHostAllocator(kTpu, &pinned_allocator);

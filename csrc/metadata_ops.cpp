@@ -144,6 +144,9 @@ int32_t copy_op_id() {
   return id;
 }
 
+// Lets go of the storage that a non-blocking copy held (called by the engine when it is done).
+void release_storage(void* storage) { delete static_cast<c10::Storage*>(storage); }
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
   if (dst.is_conj() || dst.is_neg()) {
@@ -176,14 +179,25 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     TORCH_CHECK(self.device().is_cpu(), "torchtpu: copy from ", self.device(), " to tpu is not supported");
     at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     TtTensor d = describe(dst);
-    check(tt_from_host(&d, src.data_ptr(), (int64_t)src.nbytes()));
+    if (non_blocking && is_pinned_host(self)) {
+      // As CUDA's: the copy reads pinned memory after returning; the caller leaves it unchanged
+      // until a synchronization. The storage stays alive until then.
+      check(tt_from_host_async(&d, src.data_ptr(), (int64_t)src.nbytes(), release_storage, new c10::Storage(src.storage())));
+    } else {
+      check(tt_from_host(&d, src.data_ptr(), (int64_t)src.nbytes()));
+    }
   } else {
     TORCH_CHECK(dst.device().is_cpu(), "torchtpu: copy from tpu to ", dst.device(), " is not supported");
     bool direct = dst.is_contiguous() && dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes();
     at::Tensor host = direct ? dst : at::empty(self.sizes(), self.options().device(at::kCPU));
     TtTensor s = describe(self);
-    check(tt_to_host(&s, host.data_ptr(), (int64_t)host.nbytes()));
-    if (!direct) dst.copy_(host);
+    if (direct && non_blocking && is_pinned_host(dst)) {
+      // As CUDA's: pinned memory is written after returning, and read after a synchronization.
+      check(tt_to_host_async(&s, host.data_ptr(), (int64_t)host.nbytes(), release_storage, new c10::Storage(host.storage())));
+    } else {
+      check(tt_to_host(&s, host.data_ptr(), (int64_t)host.nbytes()));
+      if (!direct) dst.copy_(host);
+    }
   }
   return dst;
 }

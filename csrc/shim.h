@@ -22,6 +22,7 @@ void register_guard();                                    // guard.cpp
 void register_allocator();                                // allocator.cpp
 void register_profiler();                                 // profiler.cpp
 void register_hooks();                                    // hooks.cpp
+bool is_pinned_host(const at::Tensor& t);                  // hooks.cpp: memory from pin_memory()
 void install_fault_handler();                             // faults.cpp
 void register_sdp_choice();                               // metadata_ops.cpp
 void impl_metadata_ops(torch::Library& m);                // metadata_ops.cpp

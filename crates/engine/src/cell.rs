@@ -26,9 +26,45 @@ struct Pending {
     prune_at: usize,
     dropped: Vec<Arc<pjrt::Event>>,
     prune_dropped_at: usize,
+    /// Non-blocking copies between host memory and the device (host.rs), with what must stay
+    /// alive until each is done: its host memory, its device buffer.
+    transfers: Vec<Transfer>,
 }
 
-static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at: 1024, dropped: Vec::new(), prune_dropped_at: 64 });
+/// A started copy: its event, and what it reads or writes.
+pub struct Transfer {
+    pub event: Arc<pjrt::Event>,
+    pub keep: Box<dyn Send>,
+}
+
+static PENDING: Mutex<Pending> = Mutex::new(Pending { bufs: Vec::new(), prune_at: 1024, dropped: Vec::new(), prune_dropped_at: 64, transfers: Vec::new() });
+
+/// Adds a started copy; releases what finished copies kept (after the lock: a release may
+/// free host memory through PyTorch's allocator).
+pub fn add_transfer(t: Transfer) {
+    let finished: Vec<Transfer> = {
+        let mut p = PENDING.lock().unwrap();
+        let (done, running): (Vec<Transfer>, Vec<Transfer>) = std::mem::take(&mut p.transfers).into_iter().partition(|t| t.event.is_ready());
+        p.transfers = running;
+        p.transfers.push(t);
+        done
+    };
+    drop(finished);
+}
+
+/// Waits for every started copy (torch.tpu.synchronize, torch.accelerator.synchronize);
+/// returns the first failed one's error.
+pub fn wait_transfers() -> Result<(), pjrt::Error> {
+    let transfers = std::mem::take(&mut PENDING.lock().unwrap().transfers);
+    let mut first = Ok(());
+    for t in &transfers {
+        if let Err(e) = t.event.wait() {
+            first = first.and(Err(e));
+        }
+    }
+    drop(transfers);
+    first
+}
 
 impl DevBuf {
     pub fn new(buf: pjrt::Buffer, bytes: i64, device: i32) -> Arc<DevBuf> {
@@ -70,11 +106,14 @@ pub fn synchronize() -> Result<(), pjrt::Error> {
     for e in dropped {
         let _ = e.wait();
     }
+    // Copies are waited for (and release what they keep) even where a computation failed.
+    let transfers = wait_transfers();
     for w in bufs {
         if let Some(b) = w.upgrade() {
             b.buf.ready()?;
         }
     }
+    transfers?;
     crate::trace::synced(mark);
     Ok(())
 }
@@ -104,7 +143,8 @@ impl Marker {
     pub fn record(timing: bool) -> Result<Marker, pjrt::Error> {
         let (pending, mut events): (Vec<Arc<DevBuf>>, Vec<Arc<pjrt::Event>>) = {
             let p = PENDING.lock().unwrap();
-            (p.bufs.iter().filter_map(|w| w.upgrade()).collect(), p.dropped.iter().filter(|e| !e.is_ready()).cloned().collect())
+            let running = p.dropped.iter().chain(p.transfers.iter().map(|t| &t.event)).filter(|e| !e.is_ready()).cloned();
+            (p.bufs.iter().filter_map(|w| w.upgrade()).collect(), running.collect())
         };
         for b in pending {
             let e = b.buf.ready_event()?;

@@ -2,7 +2,7 @@
 //! bytes into a view, and the allocator's resize and copy of whole cells. Cells are read and
 //! written under the engine lock (`dispatch::locked`), or by running ops through `dispatch`.
 use crate::abi::*;
-use crate::cell::{Cell, DevBuf, Stored};
+use crate::cell::{Cell, DevBuf, Stored, Transfer};
 use crate::checks;
 use crate::dispatch::{self, CallResult, Produced};
 use crate::error::{not_computed, Error};
@@ -73,6 +73,56 @@ pub fn to_host(t: &TtTensor, dst: &mut [u8]) -> Result<(), Error> {
             read_run(&s.expect("clone produced a buffer"), 0, dst)
         }
     }
+}
+
+/// Starts reading the view `t` into `len` bytes at `dst` and returns (a non-blocking copy into
+/// pinned memory): `keep` (the host memory's owner) and the device buffer stay alive until
+/// the copy is done; torch.tpu.synchronize and Events wait for it. A failed device check of an
+/// earlier op raises at the next synchronization instead of here. A view that is not its
+/// whole buffer is read as `to_host` reads it, before returning.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes until the copy is done.
+pub unsafe fn to_host_async(t: &TtTensor, dst: *mut u8, len: usize, keep: Box<dyn Send>) -> Result<(), Error> {
+    let cell = unsafe { &*(t.cell as *const Cell) };
+    let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
+    let stored = dispatch::stored_ready(cell)?;
+    let whole = stored.as_ref().filter(|s| !s.constant && s.dtype as i8 == t.dtype && s.dims.as_slice() == t.sizes() && g.covers(s.dims.iter().product()));
+    match whole.and_then(|s| s.dev()) {
+        Some(dev) if len > 0 => {
+            if let Some(event) = unsafe { dev.buf.to_host_async(dst, len)? } {
+                crate::cell::add_transfer(Transfer { event: std::sync::Arc::new(event), keep: Box::new((keep, dev.clone())) });
+            }
+            Ok(())
+        }
+        _ => to_host(t, if len == 0 { &mut [] } else { unsafe { std::slice::from_raw_parts_mut(dst, len) } }),
+    }
+}
+
+/// Starts writing `len` dense bytes at `src` into the view `t` and returns (a non-blocking copy
+/// from pinned memory): `keep` (the host memory's owner) stays alive until the plugin has read
+/// the bytes; computations that read `t` wait for them, and so do torch.tpu.synchronize and
+/// Events. A view that is not its whole storage, or a bucketed-programs scope, takes
+/// `from_host`'s blocking copy.
+///
+/// # Safety
+/// `src` must stay valid and unchanged until the copy is done (the caller's promise for
+/// pinned memory, as with CUDA).
+pub unsafe fn from_host_async(t: &TtTensor, src: *const u8, len: usize, keep: Box<dyn Send>) -> Result<(), Error> {
+    let cell = unsafe { &*(t.cell as *const Cell) };
+    let dtype = DType::from_code(t.dtype).ok_or_else(|| Error::runtime(format!("torchtpu: dtype code {} is not supported", t.dtype)))?;
+    let g = Geometry { sizes: t.sizes(), strides: t.strides(), offset: t.offset };
+    if len == 0 || crate::buckets::scoped() || !g.covers(cell.nbytes() / dtype.size() as i64) || len != g.numel() as usize * dtype.size() {
+        return from_host(t, if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(src, len) } });
+    }
+    let rt = runtime()?;
+    let (buf, done) = unsafe { rt.client.buffer_from_host_async(src, len, element_type(dtype), t.sizes(), rt.device(cell.device)?)? };
+    let stored = Stored::ready(DevBuf::new(buf, len as i64, cell.device), dtype, t.sizes().to_vec());
+    dispatch::locked(|held| cell.set(held, Some(stored)));
+    if let Some(event) = done {
+        crate::cell::add_transfer(Transfer { event: std::sync::Arc::new(event), keep });
+    }
+    Ok(())
 }
 
 /// Reads `dst.len()` bytes of a buffer from its element `offset` (a buffer may hold more than

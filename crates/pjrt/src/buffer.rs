@@ -348,6 +348,26 @@ impl Buffer {
         await_event(api, a.event)
     }
 
+    /// Starts copying the buffer into `len` bytes at `dst` (dense row-major) and returns the
+    /// copy's event (None when the plugin finished it during the call). The copy waits for
+    /// the buffer's computation on the plugin's side.
+    ///
+    /// # Safety
+    /// `dst` must stay valid for writes of `len` bytes, and not be read, until the event
+    /// completes.
+    pub unsafe fn to_host_async(&self, dst: *mut u8, len: usize) -> Result<Option<Event>> {
+        let need = dense_size_in_bytes(self.element_type()?, self.dims()?)?;
+        if len != need {
+            return Err(Error::invalid(format!("destination has {len} bytes, buffer needs {need}")));
+        }
+        let mut a = ffi::PJRT_Buffer_ToHostBuffer_Args::new();
+        a.src = self.raw;
+        a.dst = dst as *mut c_void;
+        a.dst_size = len;
+        call!(self.client.api, PJRT_Buffer_ToHostBuffer, &mut a)?;
+        Ok((!a.event.is_null()).then(|| Event { raw: a.event, client: self.client.clone() }))
+    }
+
     /// Platform-dependent address of the data (a host pointer on CPU). Only
     /// valid while the buffer is alive and not donated.
     pub fn unsafe_pointer(&self) -> Result<usize> {
@@ -385,6 +405,39 @@ impl Client {
         // done_with_host_buffer (0.8 / 1.3 us for 24 bytes on the 0.81 / 0.115
         // CPU plugins, see examples/bench_execute.rs), and is simpler.
         self.buffer_from_host_with(data, ty, dims, byte_strides, device, HostBufferSemantics::ImmutableOnlyDuringCall)
+    }
+
+    /// Starts copying `len` dense row-major bytes at `data` into a new buffer on `device`:
+    /// returns the buffer (computations that read it wait for the copy) and the event after
+    /// which the plugin no longer reads `data` (None when it finished during the call).
+    ///
+    /// # Safety
+    /// `data` must stay valid and unchanged until the event completes.
+    pub unsafe fn buffer_from_host_async(
+        &self,
+        data: *const u8,
+        len: usize,
+        ty: ElementType,
+        dims: &[i64],
+        device: &Device,
+    ) -> Result<(Buffer, Option<Event>)> {
+        let bytes = std::slice::from_raw_parts(data, len);
+        check_host_data(bytes, ty, dims, None)?;
+        if !Arc::ptr_eq(&device.client, &self.inner) {
+            return Err(Error::invalid("device belongs to another client"));
+        }
+        let mut a = ffi::PJRT_Client_BufferFromHostBuffer_Args::new();
+        a.client = self.inner.raw;
+        a.data = data as *const c_void;
+        a.type_ = ty.to_c();
+        a.dims = dims.as_ptr();
+        a.num_dims = dims.len();
+        a.host_buffer_semantics = ffi::HOST_BUFFER_IMMUTABLE_UNTIL_TRANSFER_COMPLETES;
+        a.device = device.raw();
+        call!(self.inner.api, PJRT_Client_BufferFromHostBuffer, &mut a)?;
+        let buffer = Buffer { raw: a.buffer, client: self.inner.clone() };
+        let done = (!a.done_with_host_buffer.is_null()).then(|| Event { raw: a.done_with_host_buffer, client: self.inner.clone() });
+        Ok((buffer, done))
     }
 
     /// [`Client::buffer_from_host`] with an explicit host-buffer semantics.

@@ -209,6 +209,40 @@ pub extern "C" fn tt_from_host(dst: *const TtTensor, src: *const c_void, nbytes:
     })
 }
 
+/// Host memory a non-blocking copy reads or writes, held for it by the shim: `release(ctx)`
+/// lets it go once the copy is done (or was never started).
+struct HostMemory {
+    release: extern "C" fn(*mut c_void),
+    ctx: *mut c_void,
+}
+
+// SAFETY: the shim's release function may run on any thread.
+unsafe impl Send for HostMemory {}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        (self.release)(self.ctx)
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn tt_to_host_async(src: *const TtTensor, dst: *mut c_void, nbytes: i64, release: extern "C" fn(*mut c_void), ctx: *mut c_void) -> *const TtResult {
+    let keep = Box::new(HostMemory { release, ctx });
+    respond(|| {
+        unsafe { engine::host::to_host_async(&*src, dst as *mut u8, nbytes as usize, keep)? };
+        done()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn tt_from_host_async(dst: *const TtTensor, src: *const c_void, nbytes: i64, release: extern "C" fn(*mut c_void), ctx: *mut c_void) -> *const TtResult {
+    let keep = Box::new(HostMemory { release, ctx });
+    respond(|| {
+        unsafe { engine::host::from_host_async(&*dst, src as *const u8, nbytes as usize, keep)? };
+        done()
+    })
+}
+
 #[no_mangle]
 pub extern "C" fn tt_device_count() -> i32 {
     catch_unwind(engine::device_count).unwrap_or(0)
@@ -290,6 +324,8 @@ pub extern "C" fn tt_synchronize(_device: i32) {
     // Reads wait for their producers; what fused eager mode recorded is started here (a
     // failure of it raises at the next read of its results).
     let _ = engine::dispatch::flush_recorded("synchronize");
+    // Non-blocking copies to and from host memory are done when it returns, as CUDA's are.
+    let _ = engine::cell::wait_transfers();
 }
 
 /// The aten ops the shim must route to the fallback explicitly (declared `.routed(...)`):
