@@ -109,6 +109,8 @@ const TtResult* tt_from_host(const TtTensor* dst, const void* src, int64_t nbyte
 // the engine calls release(ctx) then. torch.tpu.synchronize and Events wait for them.
 const TtResult* tt_to_host_async(const TtTensor* src, void* dst, int64_t nbytes, void (*release)(void*), void* ctx);
 const TtResult* tt_from_host_async(const TtTensor* dst, const void* src, int64_t nbytes, void (*release)(void*), void* ctx);
+// Waits for the non-blocking copies that read or write host memory in [ptr, ptr + nbytes).
+const TtResult* tt_host_wait(const void* ptr, int64_t nbytes);
 // The memory history's notes of a storage's birth (or move or growth) and release.
 void tt_history_alloc(void* cell, const void* address, size_t nbytes, int32_t device);
 void tt_history_free(void* cell);

@@ -147,6 +147,13 @@ int32_t copy_op_id() {
 // Lets go of the storage that a non-blocking copy held (called by the engine when it is done).
 void release_storage(void* storage) { delete static_cast<c10::Storage*>(storage); }
 
+// A copy from or into pinned memory comes after the non-blocking copies still reading or
+// writing that storage, as copies on one CUDA stream do (an offloaded cache sent to pinned
+// memory and brought back).
+void wait_for_copies(const at::Tensor& host) {
+  if (is_pinned_host(host)) check(tt_host_wait(host.storage().data(), (int64_t)host.storage().nbytes()));
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
   if (dst.is_conj() || dst.is_neg()) {
@@ -177,6 +184,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     check(tt_op_call(copy_op_id(), args, 3));
   } else if (dst.device().type() == kTpu) {
     TORCH_CHECK(self.device().is_cpu(), "torchtpu: copy from ", self.device(), " to tpu is not supported");
+    wait_for_copies(self);
     at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     TtTensor d = describe(dst);
     if (non_blocking && is_pinned_host(self)) {
@@ -188,6 +196,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     }
   } else {
     TORCH_CHECK(dst.device().is_cpu(), "torchtpu: copy from tpu to ", dst.device(), " is not supported");
+    wait_for_copies(dst);
     bool direct = dst.is_contiguous() && dst.scalar_type() == self.scalar_type() && dst.sizes() == self.sizes();
     at::Tensor host = direct ? dst : at::empty(self.sizes(), self.options().device(at::kCPU));
     TtTensor s = describe(self);

@@ -134,3 +134,19 @@ def test_a_failed_device_check_before_a_non_blocking_copy_raises_at_synchronize(
         torch.tpu.synchronize()
     assert str(got.value).splitlines()[0] == str(expected.value).splitlines()[0]
     assert torch.equal(torch.arange(3.0, device=TPU).cpu(), torch.arange(3.0))  # usable after
+
+
+def test_copies_through_one_pinned_buffer_keep_their_order(mode):
+    # A cache offloaded to pinned memory and brought back (Hugging Face's offloaded caches): the
+    # upload reads what the download wrote, as on one CUDA stream; so does a CPU op on it
+    # after a synchronization.
+    n = 1 << 20
+    pinned = torch.empty(n).pin_memory()
+    for step in range(4):
+        pinned.copy_(torch.full((n,), 1.0, device=TPU) * (step + 1), non_blocking=True)
+        back = pinned.to(TPU, non_blocking=True)
+        pinned.copy_(back * 10, non_blocking=True)
+        again = pinned.to(TPU, dtype=torch.float64, non_blocking=True)  # converted on the host
+        assert back.sum().item() == n * (step + 1) and again.sum().item() == n * (step + 1) * 10
+    torch.tpu.synchronize()
+    assert torch.equal(pinned, torch.full((n,), 40.0))

@@ -31,9 +31,11 @@ struct Pending {
     transfers: Vec<Transfer>,
 }
 
-/// A started copy: its event, and what it reads or writes.
+/// A started copy: its event, the host memory it reads or writes (start, end), and what it
+/// keeps alive.
 pub struct Transfer {
     pub event: Arc<pjrt::Event>,
+    pub host: (usize, usize),
     pub keep: Box<dyn Send>,
 }
 
@@ -50,6 +52,21 @@ pub fn add_transfer(t: Transfer) {
         done
     };
     drop(finished);
+}
+
+/// Waits for the started copies that read or write host memory in `start..end`: a copy
+/// queued after them on that memory comes after them, as copies on one CUDA stream do.
+pub fn wait_host_range(start: usize, end: usize) -> Result<(), pjrt::Error> {
+    let overlapping: Vec<Transfer> = {
+        let mut p = PENDING.lock().unwrap();
+        if p.transfers.is_empty() {
+            return Ok(());
+        }
+        let (hit, rest): (Vec<Transfer>, Vec<Transfer>) = std::mem::take(&mut p.transfers).into_iter().partition(|t| t.host.0 < end && start < t.host.1);
+        p.transfers = rest;
+        hit
+    };
+    overlapping.iter().try_for_each(|t| t.event.wait())
 }
 
 /// Waits for every started copy (torch.tpu.synchronize, torch.accelerator.synchronize);

@@ -91,7 +91,8 @@ pub unsafe fn to_host_async(t: &TtTensor, dst: *mut u8, len: usize, keep: Box<dy
     match whole.and_then(|s| s.dev()) {
         Some(dev) if len > 0 => {
             if let Some(event) = unsafe { dev.buf.to_host_async(dst, len)? } {
-                crate::cell::add_transfer(Transfer { event: std::sync::Arc::new(event), keep: Box::new((keep, dev.clone())) });
+                let host = (dst as usize, dst as usize + len);
+                crate::cell::add_transfer(Transfer { event: std::sync::Arc::new(event), host, keep: Box::new((keep, dev.clone())) });
             }
             Ok(())
         }
@@ -120,7 +121,7 @@ pub unsafe fn from_host_async(t: &TtTensor, src: *const u8, len: usize, keep: Bo
     let stored = Stored::ready(DevBuf::new(buf, len as i64, cell.device), dtype, t.sizes().to_vec());
     dispatch::locked(|held| cell.set(held, Some(stored)));
     if let Some(event) = done {
-        crate::cell::add_transfer(Transfer { event: std::sync::Arc::new(event), keep });
+        crate::cell::add_transfer(Transfer { event: std::sync::Arc::new(event), host: (src as usize, src as usize + len), keep });
     }
     Ok(())
 }

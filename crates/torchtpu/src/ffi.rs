@@ -226,6 +226,14 @@ impl Drop for HostMemory {
 }
 
 #[no_mangle]
+pub extern "C" fn tt_host_wait(ptr: *const c_void, nbytes: i64) -> *const TtResult {
+    respond(|| {
+        engine::cell::wait_host_range(ptr as usize, ptr as usize + nbytes.max(0) as usize)?;
+        done()
+    })
+}
+
+#[no_mangle]
 pub extern "C" fn tt_to_host_async(src: *const TtTensor, dst: *mut c_void, nbytes: i64, release: extern "C" fn(*mut c_void), ctx: *mut c_void) -> *const TtResult {
     let keep = Box::new(HostMemory { release, ctx });
     respond(|| {
