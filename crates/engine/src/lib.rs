@@ -32,6 +32,7 @@ pub mod host;
 pub mod lock;
 pub mod memory;
 pub mod overlap;
+pub mod repeats;
 pub mod runtime;
 pub mod trace;
 pub mod buckets;
