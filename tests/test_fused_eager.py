@@ -161,9 +161,8 @@ def test_long_chains_are_cut():
                 x = x + 1
             x.sum().item()
         mid = fused_stats()
-        # No read at all: the first cut by size finds the loop's period (4 ops), and the
-        # pieces after it start at the same op of an iteration: one structure of 512 ops,
-        # compiled once, fused from its eighth time on.
+        # No read at all: pieces of 512 ops drift along the loop's iterations; after a few,
+        # they run op by op and nothing more is compiled.
         for _ in range(20 * 512 // 3):
             x = x * 1.0 + 1
             x = x - 1
@@ -176,28 +175,7 @@ def test_long_chains_are_cut():
     assert mid["fused_runs"] - last_two["fused_runs"] == 4
     after = fused_stats()
     assert after["graphs"] - mid["graphs"] >= 20
-    assert after["programs"] == mid["programs"] + 1
-    assert after["fused_runs"] - mid["fused_runs"] >= after["graphs"] - mid["graphs"] - 10
-
-
-def test_a_loop_that_reads_nothing_fuses_at_its_period(fused):
-    # 700 ops an iteration and no read (a training loop that logs every N steps): cut at the
-    # size limit, the pieces drifted along the iterations and ran op by op for good. Cuts now
-    # fall at the same places in every iteration (512 + 188 ops): two structures, each
-    # compiled once and run fused.
-    x = torch.zeros(3, device=TPU)
-    x.sum().item()
-    before = fused_stats()
-    for _ in range(40):
-        for _ in range(350):
-            x = x + 1
-        for _ in range(350):
-            x = x * 1.0
-    got = x.cpu()
-    after = fused_stats()
-    assert got.tolist() == [40 * 350.0] * 3
-    assert after["programs"] - before["programs"] == 2
-    assert after["fused_runs"] - before["fused_runs"] >= 40 * 2 - 24
+    assert after["programs"] == mid["programs"]
 
 
 def test_intermediates_are_not_kept(fused):

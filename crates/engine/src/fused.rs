@@ -72,10 +72,9 @@ const FUSE_AFTER: u32 = 3;
 const COMPILE_RUNS: u32 = 4;
 
 /// Graphs cut by the size limit since the last read that may still be fused. A loop that
-/// reads nothing is cut every `max_ops` ops wherever its iterations are until repeats.rs
-/// finds its period: the pieces drift along the iteration and each would be a new program.
-/// Pieces that follow a read (a step's `loss.item()`) start at the same op each time, and so
-/// do pieces cut at a period's places.
+/// reads nothing is cut every `max_ops` ops wherever its iterations are: the pieces drift
+/// along the iteration and each would be a new program. Pieces that follow a read (a
+/// step's `loss.item()`) start at the same op each time.
 const FUSED_PIECES_AFTER_A_READ: u32 = 8;
 
 /// Fused programs kept (least recently used out): each holds a compiled executable.
@@ -228,8 +227,6 @@ pub struct Fused {
     generation: u64,
     /// Graphs cut by the size limit since the last other flush (a read, a synchronize, ...).
     pieces: u32,
-    /// Where size-limit cuts fall in a stream of ops that repeats (repeats.rs).
-    repeats: crate::repeats::Repeats,
     programs: HashMap<Vec<u64>, Fusing>,
     /// Quick-tier programs compiled at a new graph's first run (`worth_fusing_at_first_run`),
     /// which run it until its own fused program takes over.
@@ -253,16 +250,14 @@ impl Fused {
     /// The graph to record a call on `device` into: a graph of another device, or a full
     /// one, runs first.
     pub fn graph(&mut self, device: i32) -> Result<&mut Graph, Error> {
-        let full = self.graph.as_ref().is_some_and(|g| g.device == device && self.repeats.cut_before_next(g.ops.len(), max_ops()));
-        if full || self.graph.as_ref().is_some_and(|g| g.device != device) {
-            let by_size = full;
+        if self.graph.as_ref().is_some_and(|g| g.device != device || g.ops.len() >= max_ops()) {
+            let by_size = self.graph.as_ref().is_some_and(|g| g.device == device);
             *self.stats.cuts.entry((if by_size { "size limit" } else { "another device" }).to_string()).or_insert(0) += 1;
             self.run(by_size)?;
         }
         if self.graph.is_none() {
             self.generation += 1;
             self.graph = Some(Graph { generation: self.generation, device, ops: Vec::new(), acc: None });
-            self.repeats.graph_started();
         }
         Ok(self.graph.as_mut().unwrap())
     }
@@ -271,7 +266,6 @@ impl Fused {
     pub fn push(&mut self, op: Op, tick: u64) {
         self.stats.ops += 1;
         self.tick = tick;
-        self.repeats.push(op.entry.id);
         self.graph.as_mut().expect("a graph is open").ops.push(op);
     }
 
@@ -300,29 +294,24 @@ impl Fused {
         self.stats.graphs += 1;
         let piece = self.pieces;
         self.pieces = if by_size { piece + 1 } else { 0 };
-        let aligned = self.repeats.aligned_piece(max_ops());
-        if !by_size {
-            self.repeats.reset();
-        }
         // A result is kept where a cell still holds it (the graph holds one reference).
         let live: Vec<Vec<bool>> = g.ops.iter().map(|op| op.outs.iter().map(|(p, ..)| Arc::strong_count(p) > 1).collect()).collect();
-        let done = self.run_graph(&mut g, &live, piece, aligned);
+        let done = self.run_graph(&mut g, &live, piece);
         if let Some(acc) = g.acc.as_ref().and_then(|a| a.done.get()) {
             crate::checks::keep_graph_acc(acc.clone());
         }
         done
     }
 
-    /// Runs a graph, the `piece`-th cut by the size limit since a read; `aligned`: where in
-    /// its stream's repetition it starts, if it starts at one of the period's cuts.
-    fn run_graph(&mut self, g: &mut Graph, live: &[Vec<bool>], piece: u32, aligned: Option<usize>) -> Result<(), Error> {
+    /// Runs a graph, the `piece`-th cut by the size limit since a read.
+    fn run_graph(&mut self, g: &mut Graph, live: &[Vec<bool>], piece: u32) -> Result<(), Error> {
         // A graph of one op is that op's program already: fusing it would compile the same
         // code again (seconds for an iterative one like linalg_eig) to save nothing.
-        if (aligned.is_none() && piece >= FUSED_PIECES_AFTER_A_READ) || g.ops.len() < 2 {
+        if piece >= FUSED_PIECES_AFTER_A_READ || g.ops.len() < 2 {
             return run_op_by_op(g, live);
         }
         let mut plan = Plan::new(g, live);
-        plan.key.push(aligned.map_or(piece as u64, |at| (1 << 32) + at as u64));
+        plan.key.push(piece as u64);
         if self.programs.len() > 16 * MAX_PROGRAMS {
             // Structures seen once and never again: forget them.
             self.programs.retain(|_, p| !matches!(p, Fusing::Seen(_)));

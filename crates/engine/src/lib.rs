@@ -32,7 +32,6 @@ pub mod host;
 pub mod lock;
 pub mod memory;
 pub mod overlap;
-pub mod repeats;
 pub mod runtime;
 pub mod trace;
 pub mod buckets;
