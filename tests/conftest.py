@@ -1,3 +1,4 @@
+import gc
 import os
 import sys
 
@@ -36,3 +37,11 @@ LONG_FIRST = ("test_torchtitan.py", "test_probe.py", "test_conformance.py", "tes
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in LONG_FIRST)
+
+
+def pytest_collection_finish(session):
+    # The imports (torch, transformers, ...) and the collected tests are objects that live to
+    # the end: without this, every full collection of the cyclic GC walks them again (about 7%
+    # of an op test's time).
+    gc.collect()
+    gc.freeze()
