@@ -306,6 +306,16 @@ BAD_CALLS = {
         a, b, s, s, bias=torch.ones(5, device=a.device), out_dtype=torch.float32),
     "out dtype": lambda a, b, s: torch._scaled_mm(
         a, b, s, s, out_dtype=torch.bfloat16, out=torch.empty(8, 12, device=a.device)),
+    # Row-wise scales must be contiguous, and read with unit stride along dim 1.
+    "row-wise b scale strided": lambda a, b, s: torch._scaled_mm(
+        a, b, torch.ones(8, 1, device=a.device), torch.ones(1, 24, device=a.device)[:, ::2], out_dtype=torch.float32),
+    "row-wise b scale expanded": lambda a, b, s: torch._scaled_mm(
+        a, b, torch.ones(8, 1, device=a.device), torch.ones(1, 1, device=a.device).expand(1, 12), out_dtype=torch.float32),
+    "row-wise a scale a column view": lambda a, b, s: torch._scaled_mm(
+        a, b, torch.ones(8, 2, device=a.device)[:, :1], torch.ones(1, 12, device=a.device), out_dtype=torch.float32),
+    "row-wise a scale stride(1) 5": lambda a, b, s: torch._scaled_mm(
+        a, b, torch.ones(8, 1, device=a.device).as_strided((8, 1), (1, 5)), torch.ones(1, 12, device=a.device),
+        out_dtype=torch.float32),
 }
 
 
@@ -354,7 +364,7 @@ def test_functional_scaled_mm(recipe, output_dtype):
 @pytest.mark.skipif(not hasattr(F, "scaled_mm"), reason="F.scaled_mm is newer than this torch")
 def test_functional_scaled_mm_errors():
     a, b = operands(8, 16, 12)
-    one, TW = torch.tensor(1.0), F.ScalingType.TensorWise
+    one, TW, RW = torch.tensor(1.0), F.ScalingType.TensorWise, F.ScalingType.RowWise
     bad = {
         "3-d": lambda a, b, s: F.scaled_mm(a[None], b, s, TW, s, TW),
         "float a": lambda a, b, s: F.scaled_mm(a.float(), b, s, TW, s, TW),
@@ -362,6 +372,13 @@ def test_functional_scaled_mm_errors():
         "bias dtype": lambda a, b, s: F.scaled_mm(a, b, s, TW, s, TW, bias=torch.ones(12, dtype=torch.int32, device=a.device)),
         "bias size": lambda a, b, s: F.scaled_mm(a, b, s, TW, s, TW, bias=torch.ones(5, device=a.device)),
         "mixed recipes": lambda a, b, s: F.scaled_mm(a, b, s, TW, torch.ones(1, 12, device=a.device), F.ScalingType.RowWise),
+        # Row-wise scales are read with unit stride along dim 1 (a column view of scale_a is fine).
+        "row-wise b scale strided": lambda a, b, s: F.scaled_mm(
+            a, b, torch.ones(8, 1, device=a.device), RW, torch.ones(1, 24, device=a.device)[:, ::2], RW),
+        "row-wise b scale expanded": lambda a, b, s: F.scaled_mm(
+            a, b, torch.ones(8, 1, device=a.device), RW, torch.ones(1, 1, device=a.device).expand(1, 12), RW),
+        "row-wise a scale stride(1) 5": lambda a, b, s: F.scaled_mm(
+            a, b, torch.ones(8, 1, device=a.device).as_strided((8, 1), (1, 5)), RW, torch.ones(1, 12, device=a.device), RW),
     }
     for name, fn in bad.items():
         e = check_error(fn, a, b, one)
@@ -369,6 +386,10 @@ def test_functional_scaled_mm_errors():
             fn(a, b, one)
         except Exception as ref:  # noqa: BLE001
             assert str(e) == str(ref), name
+    # A column view of a wider tensor is a good scale_a: it has unit stride along dim 1.
+    sa, sb = torch.rand(8, 2) + 0.1, torch.rand(1, 12) + 0.1
+    got = F.scaled_mm(a.to(TPU), b.to(TPU), sa.to(TPU)[:, :1], RW, sb.to(TPU), RW, output_dtype=torch.float32)
+    close(got.cpu(), F.scaled_mm(a, b, sa[:, :1], RW, sb, RW, output_dtype=torch.float32))
 
 
 # ---- F.scaled_mm's block-wise recipes: MXFP8 and DeepSeek's 1x128 / 128x128 ------------------

@@ -1,9 +1,11 @@
 """TorchTitan (0.3) trains its llama3 debugmodel on "tpu" with FSDP2 over 2 torchrun processes,
 on a tokenizer and data set the test makes: the loss goes down and equals a 1-process run on the
 same global batches (both start from one seed checkpoint: DTensor's sharded init differs from the
-unsharded one). The 1-process run also writes TorchTitan's memory snapshots (torch.tpu.memory).
-scripts/setup.sh installs torchtitan."""
+unsharded one). The 1-process run also writes TorchTitan's memory snapshots (torch.tpu.memory)
+and its profiler trace. scripts/setup.sh installs torchtitan."""
 import glob
+import gzip
+import json
 import os
 import pickle
 import re
@@ -56,7 +58,8 @@ def test_llama_fsdp2_two_processes_matches_one(tmp_path):
            "--checkpoint.folder", str(seed))
     load = ["--checkpoint.enable", "--checkpoint.load_only", "--checkpoint.initial_load_path", str(seed / "step-0")]
     one = _titan(tmp_path, 1, "data_1p", 4, *load, "--checkpoint.folder", str(tmp_path / "ck1"),
-                 "--profiler.enable_memory_snapshot", "--profiler.memory_snapshot_freq", "4")
+                 "--profiler.enable_memory_snapshot", "--profiler.memory_snapshot_freq", "4",
+                 "--profiler.enable_profiling", "--profiler.profile_freq", "8", "--profiler.profiler_warmup", "1")
     two = _titan(tmp_path, 2, "data_2p", 2, *load, "--checkpoint.folder", str(tmp_path / "ck2"))
     assert sorted(one) == sorted(two) == list(range(1, 9)), (one, two)
     for step in one:
@@ -70,3 +73,10 @@ def test_llama_fsdp2_two_processes_matches_one(tmp_path):
     files = {fr["filename"] for s in snapshot["segments"] for fr in s["frames"]}
     assert any("torchtitan" in f for f in files), sorted(files)[:20]
     assert {e["action"] for e in snapshot["device_traces"][0]} >= {"alloc", "free_completed"}
+    # TorchTitan's profiler trace of step 8: its step and the aten calls that ran on tpu. It
+    # asks torch.profiler for CPU activity (and CUDA's or XPU's), so the trace has no tpu lane.
+    traces = glob.glob(str(tmp_path / "out1" / "**" / "iteration_8" / "rank0_trace.json.gz"), recursive=True)
+    assert len(traces) == 1, traces
+    with gzip.open(traces[0], "rt") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert "ProfilerStep#8" in names and {"aten::mm", "aten::embedding"} <= names, sorted(n for n in names if n)[:40]

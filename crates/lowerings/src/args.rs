@@ -46,6 +46,10 @@ pub struct Args<'a> {
     pub op: &'a str,
     pub names: &'a [String],
     pub values: &'a [Arg],
+    /// The strides of each argument's tensors by position (one item for a tensor, one per item
+    /// of a tensor list, none for other arguments), where the call's views are known: eager
+    /// calls. Empty in compiled graphs, whose tracing ran PyTorch's own checks of strides.
+    pub strides: &'a [Vec<Vec<i64>>],
 }
 
 /// A Python number argument (Scalar): int, bool and complex values are compiled in, floats are
@@ -157,6 +161,13 @@ impl<'a> Args<'a> {
             ErrorKind::Type,
             format!("{}(): expected argument '{}' to be {}", self.op, name, what),
         )
+    }
+
+    /// The strides of tensor argument `name` (of its `item`-th tensor, for a list), where known
+    /// (see `Args::strides`): for the few checks PyTorch makes of a view's layout rather than
+    /// its values.
+    pub fn strides_of(&self, name: &str, item: usize) -> Option<&'a [i64]> {
+        self.strides.get(self.index(name)?)?.get(item).map(|s| s.as_slice())
     }
 
     pub fn tensor(&self, name: &str) -> Result<Tensor> {
@@ -310,7 +321,7 @@ mod tests {
         check_argument_names(names);
         let names = vec!["self".to_string()];
         let values = vec![Arg::Int(1)];
-        let args = Args { op: "made_up_op", names: &names, values: &values };
+        let args = Args { op: "made_up_op", names: &names, values: &values, strides: &[] };
         assert!(args.get("weight").is_none(), "another overload's argument reads as not given");
         assert!(args.probe("wieght").is_none(), "probe does not check");
         let misspelled = std::panic::catch_unwind(|| args.get("wieght"));

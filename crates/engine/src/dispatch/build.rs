@@ -413,6 +413,24 @@ pub(super) fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: b
     Ok(Some(Entry { exe, quick, id: entry_id(), op: info.qualified.as_str().into(), text: kept, constants, feeds, results: o.specs, returns: o.returns, host_checks: Vec::new(), checks }))
 }
 
+/// An argument's tensors' strides as the lowering sees them (`Args::strides`): a host tensor
+/// is fed dense, and an empty one's strides are not in the cache key (one program serves them
+/// all).
+fn arg_strides(a: &TtArg) -> Vec<Vec<i64>> {
+    let of = |t: &TtTensor| {
+        if t.is_host() || t.sizes().contains(&0) {
+            view::contiguous_strides(t.sizes())
+        } else {
+            t.strides().to_vec()
+        }
+    };
+    match a.kind {
+        TT_TENSOR => vec![of(a.tensor())],
+        TT_TENSOR_LIST => a.list::<TtArg>().iter().map(|it| if it.kind == TT_TENSOR { of(it.tensor()) } else { Vec::new() }).collect(),
+        _ => Vec::new(),
+    }
+}
+
 impl Builder<'_> {
     /// The call's arguments as the lowering's values (CPU tensors with dimensions only where
     /// the op takes them), the computed size where there is one, and the op's lowering on them.
@@ -427,12 +445,17 @@ impl Builder<'_> {
             }
             values.push(self.arg(i as u32, -1, a)?);
         }
+        // Strides are in the cache key of a call's own program (not of a bucketed one).
+        let strides: Vec<Vec<Vec<i64>>> = match self.bucket {
+            Some(_) => Vec::new(),
+            None => args.iter().map(arg_strides).collect(),
+        };
         let mut names = std::borrow::Cow::Borrowed(&info.arg_names[..]);
         if let Sizing::Known(n) = sizing {
             names.to_mut().push("__size".to_string());
             values.push(Arg::Int(n));
         }
-        let args = Args { op: &info.base, names: &names, values: &values };
+        let args = Args { op: &info.base, names: &names, values: &values, strides: &strides };
         if let Some(decl) = &info.lowering {
             lowerings::float4::check(decl, &args).map_err(Error::Torch)?;
         }

@@ -177,7 +177,7 @@ fn lower_node(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Draws) -> Re
     let vals: Vec<Arg> = node.args.iter().map(|a| arg(cx, values, a, draws)).collect::<Result<_>>()?;
     // What a lowering cannot do in a graph is said as the compiler's refusal, so that the
     // backend runs the graph eagerly instead (dynamo.py).
-    let args = Args { op: base, names: &node.arg_names, values: &vals };
+    let args = Args { op: base, names: &node.arg_names, values: &vals, strides: &[] };
     let outs = crate::float4::check(&lowering, &args).and_then(|()| (lowering.f)(cx, &args)).map_err(|e| match e.kind {
         crate::error::ErrorKind::NotImplemented if !e.message.starts_with("torchtpu.compile:") => {
             crate::error::TorchError { kind: e.kind, message: format!("torchtpu.compile: {}: {}", node.target, e.message) }

@@ -877,7 +877,7 @@ fn call_lowering(cx: &mut Cx, args: &Args, name: &str, renames: &[(&str, &str)],
         names.push(n.to_string());
         values.push(v.clone());
     }
-    (l.f)(cx, &Args { op: args.op, names: &names, values: &values })
+    (l.f)(cx, &Args { op: args.op, names: &names, values: &values, strides: &[] })
 }
 
 /// _batch_norm_with_update(input, weight, bias, running_mean!, running_var!, momentum, eps)

@@ -258,7 +258,7 @@ fn foreach(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             values.push(Arg::Bool(false));
         }
         if !lowering.specialize_floats || values.iter().all(|v| !matches!(v, Arg::Float(f) if f.slot.is_some())) {
-            let r = (lowering.f)(cx, &Args { op: base, names: &names, values: &values })?;
+            let r = (lowering.f)(cx, &Args { op: base, names: &names, values: &values, strides: &[] })?;
             match r.into_iter().next() {
                 Some(Out::Tensor(v)) => outs.push(v),
                 _ => bail!(Runtime, "torchtpu: {} gave no tensor for {}", base, args.op),

@@ -61,16 +61,18 @@ fn strides(dims: &[i64]) -> Vec<i64> {
 
 /// PyTorch's get_joint_scaling: tensor-wise on both sides, row-wise on both, or CUDA's MX
 /// (1x32) or NVFP4 (1x16) block scales in cuBLAS's swizzled layout, else CPU's error.
-fn joint_scaling(cx: &mut Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor) -> Result<Scaling> {
+fn joint_scaling(cx: &mut Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor, layouts: (&[i64], &[i64])) -> Result<Scaling> {
     let (ad, bd, sad, sbd) = (cx.dims(a.v), cx.dims(b.v), cx.dims(sa.v), cx.dims(sb.v));
+    let contiguous = is_contiguous(&sad, layouts.0) && is_contiguous(&sbd, layouts.1);
     let float8 = is_float8(a.dtype) && is_float8(b.dtype);
     let f32_scales = sa.dtype == DType::F32 && sb.dtype == DType::F32;
     let numel = |d: &[i64]| d.iter().product::<i64>();
     if float8 && f32_scales && numel(&sad) == 1 && numel(&sbd) == 1 {
         return Ok(Scaling::TensorWise);
     }
-    // Row-wise: scale_a is (M, 1) and scale_b is (1, N).
-    if float8 && f32_scales && sad == [ad[0], 1] && sbd == [1, bd[1]] {
+    // Row-wise: scale_a is (M, 1) and scale_b is (1, N), both contiguous.
+    if float8 && f32_scales && sad == [ad[0], 1] && sbd == [1, bd[1]] && contiguous {
+        check_row_strides(layouts)?;
         return Ok(Scaling::RowWise);
     }
     // Block-wise, as CUDA's is_blockwise_1x32_scaling and is_blockwise_1x16_scaling: the
@@ -86,7 +88,7 @@ fn joint_scaling(cx: &mut Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor) 
             return Ok(Scaling::Blocks { a: ea, b: eb, global: None });
         }
     }
-    let (ss, sbs) = (strides(&sad), strides(&sbd));
+    let (ss, sbs) = layouts;
     bail!(
         Value,
         "Invalid scaling configuration.\n\
@@ -100,12 +102,38 @@ fn joint_scaling(cx: &mut Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor) 
         a.dtype.torch_name(),
         sa.dtype.torch_name(),
         shape_str(&sad),
-        shape_str(&ss),
+        shape_str(ss),
         b.dtype.torch_name(),
         sb.dtype.torch_name(),
         shape_str(&sbd),
-        shape_str(&sbs)
+        shape_str(sbs)
     );
+}
+
+/// PyTorch's is_contiguous: strides of dims of size 1 do not count.
+fn is_contiguous(dims: &[i64], strides: &[i64]) -> bool {
+    let mut expected = 1;
+    for (&n, &s) in dims.iter().zip(strides).rev() {
+        if n != 1 && s != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
+/// Row-wise scales are read with unit stride along their second dim, whatever its size.
+fn check_row_strides(layouts: (&[i64], &[i64])) -> Result<()> {
+    for (name, strides) in [("scale_a", layouts.0), ("scale_b", layouts.1)] {
+        check!(strides[1] == 1, Value, "expected {}.stride(1) to be 1, but got {}", name, strides[1]);
+    }
+    Ok(())
+}
+
+/// A scale's strides (the first of a list's): the call's view in eager mode, dense in a
+/// compiled graph (whose tracing checked the layout).
+fn layout(cx: &Cx, args: &Args, name: &str, t: &Tensor) -> Vec<i64> {
+    args.strides_of(name, 0).map_or_else(|| strides(&cx.dims(t.v)), <[i64]>::to_vec)
 }
 
 /// (self, mat2, scale_a, scale_b, bias?, scale_result?, out_dtype?, use_fast_accum) -> Tensor.
@@ -122,7 +150,8 @@ fn scaled_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         check!(d == out.dtype, Value, "out_dtype must match output matrix type");
     }
     check_product_shapes(cx, &a, &b, ErrorKind::Runtime)?;
-    let scaling = joint_scaling(cx, &a, &b, &sa, &sb)?;
+    let layouts = (layout(cx, args, "scale_a", &sa), layout(cx, args, "scale_b", &sb));
+    let scaling = joint_scaling(cx, &a, &b, &sa, &sb, (&layouts.0, &layouts.1))?;
     let scale_result = args.opt_tensor("scale_result")?;
     if let Some(r) = &scale_result {
         check!(cx.numel(r.v) == 1 && r.dtype == DType::F32, Runtime, "scale_result must be a float scalar");
@@ -185,6 +214,7 @@ fn scaled_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             let (xd, yd) = (cx.dims(x.v), cx.dims(y.v));
             check!(xd == [ad[0], 1], Value, "scale_a must have shape [{}, 1], got [{}]", ad[0], shape_str(&xd));
             check!(yd == [1, bd[1]], Value, "scale_b must have shape [1, {}], got [{}]", bd[1], shape_str(&yd));
+            check_row_strides((&layout(cx, args, "scale_a", x), &layout(cx, args, "scale_b", y)))?;
             Some(Scaling::RowWise)
         }
         (ra, rb, sa, sb) => block_scales(cx, &a, &b, (ra, rb), (sa, sb), &swizzles)?,
