@@ -1,5 +1,9 @@
 """torch._grouped_mm (mixture-of-experts matmuls) on tpu against PyTorch on CPU: the four
-layouts, gradients, empty groups, rows past the last group, and PyTorch's errors."""
+layouts, gradients, empty groups, rows past the last group, and PyTorch's errors. The float8
+forms (torch._scaled_grouped_mm, F.scaled_grouped_mm), which PyTorch runs on CUDA only, against
+an emulation written here, with CUDA's errors."""
+import re
+
 import pytest
 import torch
 
@@ -91,3 +95,122 @@ def test_compiled_with_float32_and_unaligned_shapes():
     ref = torch.cat([x[0:3] @ w[0], x[3:6] @ w[1], x[6:10] @ w[2]]).sum(-1)
     got = torch.compile(f, backend="tpu")(x.to(TPU), w.to(TPU), offs.to(TPU))
     torch.testing.assert_close(got.cpu(), ref)
+
+
+# ---- torch._scaled_grouped_mm and F.scaled_grouped_mm: float8 e4m3 with row-wise scales ------
+
+F = torch.nn.functional
+E4M3 = torch.float8_e4m3fn
+RW = F.ScalingType.RowWise
+
+
+def fp8(*shape):
+    return (torch.randn(*shape) * 2).to(E4M3)
+
+
+def scaled_operands(layout, groups=4):
+    """mat_a row-major and mat_b column-major (as CUDA's kernel takes them), float32 row-wise
+    scales, and group ends with an empty group (and, for rows grouped, rows past the last)."""
+    m, k, n = 48, 32, 16
+    if layout == "2d-3d":
+        a, b, offs = fp8(m, k), fp8(groups, n, k).transpose(-2, -1), offsets(8, 24, 24, 40)
+        sa, sb = torch.rand(m) + 0.1, torch.rand(groups, n) + 0.1
+    elif layout == "3d-2d":
+        a, b, offs = fp8(groups, m, k), fp8(4 * n, k).t(), offsets(16, 16, 48, 64)
+        sa, sb = torch.rand(groups, m) + 0.1, torch.rand(4 * n) + 0.1
+    elif layout == "2d-2d":
+        a, b, offs = fp8(m, 4 * k), fp8(n, 4 * k).t(), offsets(32, 64, 64, 128)
+        sa, sb = torch.rand(groups * m) + 0.1, torch.rand(groups * n) + 0.1
+    else:
+        a, b, offs = fp8(groups, m, k), fp8(groups, n, k).transpose(-2, -1), None
+        sa, sb = torch.rand(groups, m) + 0.1, torch.rand(groups, n) + 0.1
+    return a, b, sa, sb, offs
+
+
+def emulated(a, b, sa, sb, offs):
+    """Each group's float32 product of the float8 values times its rows' and columns' scales."""
+    a, b = a.float(), b.float()
+    if offs is None:
+        return (torch.bmm(a, b) * sa[:, :, None] * sb[:, None, :]).to(torch.bfloat16)
+    bounds = list(zip([0] + offs.tolist()[:-1], offs.tolist()))
+    if a.dim() == 2 and b.dim() == 3:
+        out = torch.zeros(a.shape[0], b.shape[2])
+        for g, (s, e) in enumerate(bounds):
+            out[s:e] = a[s:e] @ b[g] * sa[s:e, None] * sb[g]
+    elif a.dim() == 3:
+        out = torch.zeros(a.shape[1], b.shape[1])
+        for g, (s, e) in enumerate(bounds):
+            out[:, s:e] = a[g] @ b[:, s:e] * sa[g][:, None] * sb[s:e]
+    else:
+        m, n = a.shape[0], b.shape[1]
+        out = torch.zeros(len(bounds), m, n)
+        for g, (s, e) in enumerate(bounds):
+            out[g] = a[:, s:e] @ b[s:e] * sa[g * m:(g + 1) * m, None] * sb[g * n:(g + 1) * n]
+    return out.to(torch.bfloat16)
+
+
+def on_tpu(*values):
+    return [None if v is None else v.to(TPU) for v in values]
+
+
+def to_tpu_keeping_layout(t):
+    """A copy on tpu with the same strides (a column-major matrix stays column-major)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=TPU).copy_(t)
+
+
+@pytest.mark.parametrize("layout", ["2d-3d", "3d-2d", "2d-2d", "3d-3d"])
+def test_scaled_grouped_mm_row_wise(layout):
+    torch.manual_seed(4)
+    a, b, sa, sb, offs = scaled_operands(layout)
+    ref = emulated(a, b, sa, sb, offs)
+    at, bt = a.to(TPU), to_tpu_keeping_layout(b)
+    st = on_tpu(sa, sb, offs)
+    got = torch._scaled_grouped_mm(at, bt, st[0], st[1], offs=st[2]).cpu()
+    v2 = F.scaled_grouped_mm(at, bt, st[0], RW, st[1], RW, offs=st[2]).cpu()
+    assert got.dtype == v2.dtype == torch.bfloat16 and got.shape == ref.shape
+    if layout == "2d-3d":  # rows past the last group: zeros (CUDA leaves them unwritten)
+        assert torch.equal(got[40:], torch.zeros(8, 16, dtype=torch.bfloat16))
+        got, v2, ref = got[:40], v2[:40], ref[:40]
+    torch.testing.assert_close(got.float(), ref.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(v2, got, atol=0, rtol=0)
+
+
+def test_scaled_grouped_mm_compiled():
+    torch.manual_seed(5)
+    a, b, sa, sb, offs = scaled_operands("2d-3d")
+
+    def f(a, b, sa, sb, offs):
+        return torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16).float().relu()
+
+    got = torch.compile(f, backend="tpu")(a.to(TPU), to_tpu_keeping_layout(b), *on_tpu(sa, sb, offs))
+    torch.testing.assert_close(got.cpu()[:40], emulated(a, b, sa, sb, offs).float().relu()[:40], atol=1e-2, rtol=1e-2)
+
+
+def test_scaled_grouped_mm_errors():
+    # CUDA's checks and messages (PyTorch has no CPU kernel to compare with).
+    a, b, sa, sb, offs = scaled_operands("2d-3d")
+    a, b, sa, sb, offs = a.to(TPU), to_tpu_keeping_layout(b), *on_tpu(sa, sb, offs)
+    sgm = torch._scaled_grouped_mm
+    bad = [
+        (lambda: sgm(a.t(), b, sa, sb, offs=offs), ValueError, "Expected mat1 to not be transposed"),
+        (lambda: sgm(a, b.contiguous(), sa, sb, offs=offs), ValueError, "Expected mat2 to be transposed"),
+        (lambda: sgm(a[:, ::2], b, sa, sb, offs=offs), RuntimeError, "Invalid strides/sizes, got [32, 2] for strides and [48, 16] for sizes"),
+        (lambda: sgm(a[0], b, sa, sb, offs=offs), ValueError, "mat_a has to be 2 or 3d"),
+        (lambda: sgm(a[:, :16], b, sa, sb, offs=offs), ValueError, "contraction dimension of mat_a and mat_b must match"),
+        (lambda: sgm(a, b, sa, sb, offs=offs, bias=torch.ones(16, device=TPU)), ValueError, "Bias not supported yet"),
+        (lambda: sgm(a, b, sa, sb, offs=offs, scale_result=torch.ones(1, device=TPU)), ValueError, "Scale result not supported yet"),
+        (lambda: sgm(a, b, sa, sb), ValueError, "Have to provide offsets if there is a 2d matrix"),
+        (lambda: sgm(a, b, sa, sb, offs=offs.long()), ValueError, "Offsets have to be int32"),
+        (lambda: sgm(a, b, sa, sb, offs=offs[:3]), RuntimeError, "matrix batch sizes have to match"),
+        (lambda: sgm(a, b, sa.half(), sb, offs=offs), ValueError, "For FP8 tensorwise and rowwise, both scales must both be float32"),
+        (lambda: sgm(a, b, sa[:40], sb, offs=offs), RuntimeError, "scale must have the same length as mat for arg 0"),
+        (lambda: sgm(a, b, sa[None], sb, offs=offs), RuntimeError, "scale must be a 1D tensor, but got 2D, arg 0"),
+        (lambda: sgm(a, b, sa, sb[:3], offs=offs), RuntimeError, "scale must have the same batch dimension as mat for arg 1"),
+        (lambda: sgm(a, b, sa, sb.t().contiguous().t(), offs=offs), RuntimeError, "scale must be contiguous in the last dimension for arg 1"),
+        (lambda: sgm(a, b, sa, sb, offs=offs, out_dtype=torch.float32), ValueError, "Only bf16 high precision output types"),
+        (lambda: sgm(a.to(torch.float8_e5m2), b, sa, sb, offs=offs), ValueError, "Expected mat_a to be Float8_e4m3 matrix got Float8_e5m2"),
+        (lambda: F.scaled_grouped_mm(a, b, sa, F.ScalingType.TensorWise, sb, RW, offs=offs), ValueError, "No gemm implementation was found"),
+    ]
+    for i, (call, cls, message) in enumerate(bad):
+        with pytest.raises(cls, match=re.escape(message)):
+            call()

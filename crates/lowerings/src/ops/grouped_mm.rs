@@ -1,15 +1,18 @@
-//! torch._grouped_mm: the matrix products of mixture-of-experts layers, where consecutive runs
-//! of rows (tokens sorted by expert) meet their own expert's weights. `offs` holds the int32
-//! end of each group; rows after the last end give zeros. One program per call instead of
-//! PyTorch's composite (one product per group, after a host read of `offs`): `chlo.ragged_dot`
-//! where the plugin compiles it (`set_ragged_dot`), else dense products of every group that
-//! keep each row's own (G times the arithmetic; XLA:CPU has no ragged dot).
+//! Grouped matrix products of mixture-of-experts layers, where consecutive runs of rows
+//! (tokens sorted by expert) meet their own expert's weights: torch._grouped_mm, and the float8
+//! forms torch._scaled_grouped_mm and F.scaled_grouped_mm (`_scaled_grouped_mm_v2`). `offs`
+//! holds the int32 end of each group; rows after the last end give zeros. One program per call
+//! instead of PyTorch's composite (one product per group, after a host read of `offs`):
+//! `chlo.ragged_dot` where the plugin compiles it (`set_ragged_dot`), else dense products of
+//! every group that keep each row's own (G times the arithmetic; XLA:CPU has no ragged dot).
 use crate::args::{Args, Tensor};
+use crate::blocks::gather::take_along;
 use crate::blocks::precision;
+use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{bail, check, one, Out, op, Op};
+use crate::{bail, check, one, op, Op, Out};
 use std::sync::atomic::{AtomicBool, Ordering};
 use stablehlo::{CmpDir, Value};
 
@@ -23,6 +26,8 @@ pub fn set_ragged_dot(supported: bool) {
 pub(crate) const OPS: &[Op] = &[
     // Routed: its composite runs one product per group after reading the offsets on the host.
     op("_grouped_mm", grouped_mm).routed(&["_grouped_mm"]),
+    op("_scaled_grouped_mm", scaled_grouped_mm),
+    op("_scaled_grouped_mm_v2", scaled_grouped_mm_v2),
 ];
 
 /// Group sizes from group ends: [e0, e1 - e0, e2 - e1, ...].
@@ -38,19 +43,27 @@ fn group_sizes(cx: &mut Cx, offs: Value) -> Value {
     cx.b.sub(ends, starts)
 }
 
-/// One-hot group membership [P, G] (f32 0/1) of positions 0..P given group ends; positions
-/// past the last end belong to no group.
-fn membership(cx: &mut Cx, offs: Value, positions: i64, acc: DType) -> Value {
+/// The group of each position 0..P given group ends: int64 [P], G for positions past the last
+/// end.
+fn group_of(cx: &mut Cx, offs: Value, positions: i64) -> Value {
     let g = cx.dims(offs)[0];
     let ends = cx.cast(offs, DType::I64);
     let ty = stablehlo::TensorType { elem: DType::I64.elem(), dims: vec![positions, g] };
     let pos = cx.b.iota(&ty, 0);
     let ends = cx.b.broadcast_in_dim(ends, &[positions, g], &[1]);
-    // group(p) = number of ends <= p; p is in group j when group(p) == j.
+    // group(p) = number of ends <= p.
     let past = cx.b.compare(CmpDir::Le, ends, pos);
     let past = cx.cast(past, DType::I64);
-    let group = crate::blocks::reduce::reduce(cx, past, &[1], crate::blocks::reduce::Red::Sum);
+    crate::blocks::reduce::reduce(cx, past, &[1], crate::blocks::reduce::Red::Sum)
+}
+
+/// One-hot group membership [P, G] (f32 0/1) of positions 0..P given group ends; positions
+/// past the last end belong to no group.
+fn membership(cx: &mut Cx, offs: Value, positions: i64, acc: DType) -> Value {
+    let g = cx.dims(offs)[0];
+    let group = group_of(cx, offs, positions);
     let group = cx.b.broadcast_in_dim(group, &[positions, g], &[0]);
+    let ty = stablehlo::TensorType { elem: DType::I64.elem(), dims: vec![positions, g] };
     let col = cx.b.iota(&ty, 1);
     let member = cx.b.compare(CmpDir::Eq, group, col);
     cx.cast(member, acc)
@@ -95,7 +108,7 @@ fn grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let out = if !a2 && !b2 {
         check!(offs.is_none(), Runtime, "Offsets tensor provided, but is not needed for 3D/3D multiplicand layouts.");
         check!(ad[0] == bd[0], Runtime, "batched dimension has to match");
-        cx.b.dot_general(a.v, b.v, &[0], &[0], &[2], &[1], acc)
+        product(cx, a.v, b.v, None, acc)
     } else {
         let Some(offs) = offs else {
             bail!(Runtime, "Offsets tensor not provided, but is needed for {}D/{}D multiplicand layouts.", ad.len(), bd.len());
@@ -113,13 +126,20 @@ fn grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
             (true, true) => check!(ad[1] == bd[0], Runtime, "contraction dimension of mat_a and mat_b must match"),
             _ => check!(g == ad[0], Runtime, "matrix batch sizes have to match"),
         }
-        if RAGGED_DOT.load(Ordering::Relaxed) {
-            ragged(cx, a.v, b.v, offs.v, a2, b2, acc)
-        } else {
-            dense(cx, a.v, b.v, offs.v, a2, b2, acc)
-        }
+        product(cx, a.v, b.v, Some(offs.v), acc)
     };
     one(cx.cast(out, out_dtype))
+}
+
+/// The grouped product of `a` and `b` summed in `acc`: batched for 3d-3d (no `offs`), else by
+/// the groups `offs` ends.
+fn product(cx: &mut Cx, a: Value, b: Value, offs: Option<Value>, acc: stablehlo::ElemType) -> Value {
+    let (a2, b2) = (cx.dims(a).len() == 2, cx.dims(b).len() == 2);
+    match offs {
+        None => cx.b.dot_general(a, b, &[0], &[0], &[2], &[1], acc),
+        Some(offs) if RAGGED_DOT.load(Ordering::Relaxed) => ragged(cx, a, b, offs, a2, b2, acc),
+        Some(offs) => dense(cx, a, b, offs, a2, b2, acc),
+    }
 }
 
 /// The grouped product as one `chlo.ragged_dot`.
@@ -170,4 +190,210 @@ fn dense(cx: &mut Cx, a: Value, b: Value, offs: Value, a2: bool, b2: bool, acc: 
             cx.b.transpose(r, &[1, 0])
         }
     }
+}
+
+/// PyTorch's ScalingType numbering (F.scaled_grouped_mm's recipes).
+const ROW_WISE: i64 = 1;
+
+/// (self, mat2, scale_a, scale_b, offs?, bias?, scale_result?, out_dtype?, use_fast_accum) ->
+/// Tensor: float8 e4m3 operands with float32 row-wise scales, as CUDA's kernel takes them (its
+/// checks and messages; PyTorch has no CPU kernel). Summed in float32, then scaled, as bfloat16.
+fn scaled_grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (a, b) = (args.tensor("self")?, args.tensor("mat2")?);
+    let offs = args.opt_tensor("offs")?;
+    check_scaled_operands(cx, args, &a, &b, offs.as_ref())?;
+    check!(args.opt_tensor("scale_result")?.is_none(), Value, "Scale result not supported yet");
+    check_offsets(cx, &a, &b, offs.as_ref())?;
+    let (sa, sb) = (args.tensor("scale_a")?, args.tensor("scale_b")?);
+    let f32_scales = sa.dtype == DType::F32 && sb.dtype == DType::F32;
+    let mx_scales = sa.dtype == DType::F8E8M0FNU && sb.dtype == DType::F8E8M0FNU;
+    check!(
+        f32_scales || mx_scales,
+        Value,
+        "For FP8 tensorwise and rowwise, both scales must both be float32 tensors. For MXFP8, scales must both be float8_e8m0fnu tensors."
+    );
+    check!(!mx_scales, NotImplemented, "torchtpu: _scaled_grouped_mm with MXFP8 (float8_e8m0fnu) scales is not supported yet");
+    check_row_scales(cx, args, (&a, &b), (&sa, &sb), offs.as_ref())?;
+    check!(
+        args.dtype("out_dtype")?.is_none_or(|d| d == DType::BF16),
+        Value,
+        "Only bf16 high precision output types are supported for grouped gemm"
+    );
+    row_scaled(cx, (&a, &b), (&sa, &sb), offs.as_ref())
+}
+
+/// (self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], swizzle_b[], offs?,
+/// bias?, out_dtype?, contraction_dim[], use_fast_accum) -> Tensor: `F.scaled_grouped_mm`,
+/// with CUDA's checks. Row-wise recipes as `_scaled_grouped_mm`; the block-scaled ones (MXFP8,
+/// MXFP4, NVFP4) are not lowered yet.
+fn scaled_grouped_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let (a, b) = (args.tensor("self")?, args.tensor("mat2")?);
+    let offs = args.opt_tensor("offs")?;
+    let contraction = args.ints("contraction_dim")?;
+    check!(
+        contraction.is_empty(),
+        NotImplemented,
+        "torchtpu: _scaled_grouped_mm_v2 with contraction_dim={:?} is not supported yet",
+        contraction
+    );
+    check_scaled_operands(cx, args, &a, &b, offs.as_ref())?;
+    check_offsets(cx, &a, &b, offs.as_ref())?;
+    check!(
+        args.dtype("out_dtype")?.is_none_or(|d| d == DType::BF16),
+        Value,
+        "Only bf16 high precision output types are supported for grouped gemm"
+    );
+    let (sa, sb) = (args.tensors("scale_a")?, args.tensors("scale_b")?);
+    let (ra, rb) = (args.ints("recipe_a")?, args.ints("recipe_b")?);
+    let float8 = |d: DType| matches!(d, DType::F8E4M3FN | DType::F8E5M2 | DType::F8E4M3FNUZ | DType::F8E5M2FNUZ);
+    let blocked = |d: DType| d == DType::F8E8M0FNU || d == DType::F8E4M3FN;
+    match (ra.as_slice(), rb.as_slice(), sa.as_slice(), sb.as_slice()) {
+        ([ROW_WISE], [ROW_WISE], [x], [y]) if float8(a.dtype) && float8(b.dtype) && x.dtype == DType::F32 && y.dtype == DType::F32 => {
+            check_row_scales(cx, args, (&a, &b), (x, y), offs.as_ref())?;
+            row_scaled(cx, (&a, &b), (x, y), offs.as_ref())
+        }
+        (_, _, [x, ..], [y, ..]) if blocked(x.dtype) && blocked(y.dtype) => {
+            bail!(NotImplemented, "torchtpu: F.scaled_grouped_mm with block-wise scales (MXFP8, MXFP4, NVFP4) is not supported yet")
+        }
+        _ => bail!(Value, "No gemm implementation was found"),
+    }
+}
+
+/// CUDA's checks of a scaled grouped product's operands, in its order: mat_a row-major and
+/// mat_b column-major (eager calls; a compiled graph's tracing checked them), 2-d or 3-d,
+/// contraction sizes, sizes divisible by 16, no bias, offsets exactly for the layouts with a
+/// 2-d operand.
+fn check_scaled_operands(cx: &Cx, args: &Args, a: &Tensor, b: &Tensor, offs: Option<&Tensor>) -> Result<()> {
+    let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
+    check!(matches!(ad.len(), 2 | 3), Value, "mat_a has to be 2 or 3d");
+    check!(matches!(bd.len(), 2 | 3), Value, "mat_b has to be 2 or 3d");
+    if let (Some(sa), Some(sb)) = (args.strides_of("self", 0), args.strides_of("mat2", 0)) {
+        check!(!column_major(&ad, sa, a.dtype)?, Value, "Expected mat1 to not be transposed");
+        check!(column_major(&bd, sb, b.dtype)?, Value, "Expected mat2 to be transposed");
+    }
+    let (a2, b2) = (ad.len() == 2, bd.len() == 2);
+    if !(a2 && b2) {
+        check!(ad[ad.len() - 1] == bd[bd.len() - 2], Value, "contraction dimension of mat_a and mat_b must match");
+    }
+    check!(
+        ad[ad.len() - 1] % 16 == 0,
+        Value,
+        "Expected trailing dimension of mat_a to be divisible by 16 but got mat1 shape: ({}).",
+        shape_str(&ad)
+    );
+    check!(
+        bd[bd.len() - 2] % 16 == 0 && bd[bd.len() - 1] % 16 == 0,
+        Value,
+        "Expected mat_b shape to be divisible by 16 but got mat_b shape: ({}).",
+        shape_str(&bd)
+    );
+    check!(args.opt_tensor("bias")?.is_none(), Value, "Bias not supported yet");
+    check!(offs.is_some() == (a2 || b2), Value, "Have to provide offsets if there is a 2d matrix");
+    Ok(())
+}
+
+/// Whether a matrix (its last two dims) is stored column-major, with CUDA's errors for a
+/// layout that is neither, or whose leading stride is not a multiple of 16 bytes.
+fn column_major(dims: &[i64], strides: &[i64], dtype: DType) -> Result<bool> {
+    let n = dims.len();
+    let alignment = (16 / dtype.size().max(1)) as i64;
+    let (rows, cols, row_stride, col_stride) = (dims[n - 2], dims[n - 1], strides[n - 2], strides[n - 1]);
+    let (column, lead) = if row_stride == 1 && col_stride >= rows.max(1) {
+        (true, col_stride)
+    } else if col_stride == 1 && row_stride >= cols.max(1) {
+        (false, row_stride)
+    } else {
+        bail!(Runtime, "Invalid strides/sizes, got {} for strides and {} for sizes", shape_str(strides), shape_str(dims));
+    };
+    check!(lead % alignment == 0, Runtime, "strides should be multiple of 16 bytes");
+    Ok(column)
+}
+
+/// The offsets' rank and dtype, and the group count against the 3-d operand's.
+fn check_offsets(cx: &Cx, a: &Tensor, b: &Tensor, offs: Option<&Tensor>) -> Result<()> {
+    let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
+    let Some(offs) = offs else {
+        check!(ad[0] == bd[0], Runtime, "batched dimension has to match");
+        return Ok(());
+    };
+    check!(cx.dims(offs.v).len() == 1, Value, "offs has to be 1D");
+    check!(offs.dtype == DType::I32, Value, "Offsets have to be int32");
+    let g = cx.dims(offs.v)[0];
+    match (ad.len(), bd.len()) {
+        (2, 3) => check!(g == bd[0], Runtime, "matrix batch sizes have to match"),
+        (3, 2) => check!(g == ad[0], Runtime, "matrix batch sizes have to match"),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// CUDA's checks of float32 row-wise scales: one per row of a 2-d mat_a and per column of a
+/// 2-d mat_b (per group and row or column when both are 2-d), (G, rows) and (G, columns) for a
+/// 3-d one; then float8 e4m3 operands.
+fn check_row_scales(cx: &Cx, args: &Args, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor), offs: Option<&Tensor>) -> Result<()> {
+    let both_2d = cx.dims(mats.0.v).len() == 2 && cx.dims(mats.1.v).len() == 2;
+    let multiplier = if both_2d { offs.map_or(1, |o| cx.dims(o.v)[0]) } else { 1 };
+    for (arg, name, mat, scale) in [(0, "scale_a", mats.0, scales.0), (1, "scale_b", mats.1, scales.1)] {
+        let (md, sd) = (cx.dims(mat.v), cx.dims(scale.v));
+        let strides = args.strides_of(name, 0);
+        if md.len() == 2 {
+            check!(sd.len() == 1, Runtime, "scale must be a 1D tensor, but got {}D, arg {}", sd.len(), arg);
+            check!(strides.is_none_or(|s| sd[0] <= 1 || s[0] == 1), Runtime, "scale must be contiguous for arg {}", arg);
+            check!(sd[0] == md[arg] * multiplier, Runtime, "scale must have the same length as mat for arg {}", arg);
+        } else {
+            check!(sd.len() == 2, Runtime, "scale must be a 2D tensor, but got {}D for arg {}", sd.len(), arg);
+            check!(strides.is_none_or(|s| s[1] == 1), Runtime, "scale must be contiguous in the last dimension for arg {}", arg);
+            check!(sd[0] == md[0], Runtime, "scale must have the same batch dimension as mat for arg {}", arg);
+            check!(sd[1] == md[1 + arg], Runtime, "scale must have the same first dimension as mat for arg {}", arg);
+        }
+    }
+    for mat in [mats.0, mats.1] {
+        check!(mat.dtype == DType::F8E4M3FN, Value, "Expected mat_a to be Float8_e4m3 matrix got {}", mat.dtype.torch_name());
+    }
+    Ok(())
+}
+
+/// The grouped product with row-wise scales: summed in float32, times scale_a's element for
+/// the output's row and scale_b's for its column (each the group's own where the operand is
+/// grouped), as bfloat16.
+fn row_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor), offs: Option<&Tensor>) -> Result<Vec<Out>> {
+    let (a, b) = (mats.0.v, mats.1.v);
+    let (ad, bd) = (cx.dims(a), cx.dims(b));
+    let offs = offs.map(|o| o.v);
+    // float8 values are exact in float32 (and in bfloat16: any matmul precision is exact).
+    let (a, b) = if RAGGED_DOT.load(Ordering::Relaxed) { (a, b) } else { (cx.cast(a, DType::F32), cx.cast(b, DType::F32)) };
+    let product = product(cx, a, b, offs, stablehlo::ElemType::F32);
+    let out_dims = cx.dims(product);
+    let (sa, sb) = (cx.cast(scales.0.v, DType::F32), cx.cast(scales.1.v, DType::F32));
+    let (sa, sb) = match (ad.len(), bd.len(), offs) {
+        // Rows grouped: scale_a per row, scale_b (G, N) by each row's group.
+        (2, 3, Some(offs)) => {
+            let rows = by_group(cx, sb, offs, ad[0]);
+            (cx.b.broadcast_in_dim(sa, &out_dims, &[0]), rows)
+        }
+        // Columns grouped: scale_a (G, M) by each column's group, scale_b per column.
+        (3, 2, Some(offs)) => {
+            let cols = by_group(cx, sa, offs, bd[1]);
+            (cx.b.transpose(cols, &[1, 0]), cx.b.broadcast_in_dim(sb, &out_dims, &[1]))
+        }
+        // A product per group (K grouped, or batched): scales per group, row and column.
+        _ => {
+            let g = out_dims[0];
+            let (sa, sb) = (cx.b.reshape(sa, &[g, out_dims[1]]), cx.b.reshape(sb, &[g, out_dims[2]]));
+            (cx.b.broadcast_in_dim(sa, &out_dims, &[0, 1]), cx.b.broadcast_in_dim(sb, &out_dims, &[0, 2]))
+        }
+    };
+    let out = cx.b.mul(product, sa);
+    let out = cx.b.mul(out, sb);
+    one(cx.cast(out, DType::BF16))
+}
+
+/// The rows of `scales` (G, n) for positions 0..P by the group each is in: (P, n). Positions
+/// past the last group take the last group's (their product is zero).
+fn by_group(cx: &mut Cx, scales: Value, offs: Value, positions: i64) -> Value {
+    let g = cx.dims(offs)[0];
+    let group = group_of(cx, offs, positions);
+    let last = cx.full((g - 1).max(0) as f64, DType::I64, &[positions]);
+    let group = cx.b.min(group, last);
+    take_along(cx, scales, 0, group)
 }
