@@ -160,3 +160,21 @@ def assert_same_greedy(got, ref, tie=1e-4):
         lag = (scores.max() - scores[got[b, j]]).item()
         assert lag <= tie, (f"row {b}, generated token {j - start}: tpu chose {got[b, j].item()}, CPU "
                             f"{seqs[b, j].item()}, {lag:.2e} below it (not a near tie)\n{got}\n{seqs}")
+
+
+# float4_e2m1fn_x2: two e2m1 values per byte, the low nibble first.
+FLOAT4_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def packed(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=g).view(torch.float4_e2m1fn_x2)
+
+
+def decoded(t, dim):
+    """float4 pairs as float32 values, twice as many along `dim` (each byte's low nibble first)."""
+    b = t.view(torch.uint8).long()
+    codes = torch.stack([b & 15, b >> 4], dim=dim + 1)
+    shape = list(t.shape)
+    shape[dim] *= 2
+    return FLOAT4_VALUES[codes.reshape(shape)]

@@ -4,15 +4,10 @@ NotImplementedError by the others (their arithmetic on bytes would be wrong numb
 import pytest
 import torch
 
-from helpers import TPU
+from helpers import FLOAT4_VALUES, TPU, decoded, packed
 
 F4 = torch.float4_e2m1fn_x2
 NOT_IMPLEMENTED = r"not implemented for 'Float4_e2m1fn_x2'"
-
-
-def packed(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, 256, shape, dtype=torch.uint8, generator=g).view(F4)
 
 
 def same_bytes(got, ref):
@@ -206,16 +201,6 @@ def test_compiled_graph_moves_float4_bytes():
 
 F = torch.nn.functional
 BLOCK_RECIPES = pytest.mark.skipif(not hasattr(F, "ScalingType"), reason="this torch has no block-wise F.scaled_mm")
-E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
-
-
-def decoded(t, dim):
-    """float4 pairs as float32 values, twice as many along `dim` (each byte's low nibble first)."""
-    b = t.view(torch.uint8).long()
-    codes = torch.stack([b & 15, b >> 4], dim=dim + 1)
-    shape = list(t.shape)
-    shape[dim] *= 2
-    return E2M1[codes.reshape(shape)]
 
 
 def swizzle(scales):
@@ -273,7 +258,7 @@ def test_decoding_table_is_float4_e2m1():
     for code in range(16):
         sign, exponent, mantissa = code >> 3, (code >> 1) & 3, code & 1
         value = mantissa * 0.5 if exponent == 0 else 2.0 ** (exponent - 1) * (1 + mantissa / 2)
-        assert E2M1[code].item() == (-value if sign else value)
+        assert FLOAT4_VALUES[code].item() == (-value if sign else value)
 
 
 @BLOCK_RECIPES

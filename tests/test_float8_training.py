@@ -1,7 +1,8 @@
 """float8 recipes on tpu with torchao: training with convert_to_float8_training (dynamic
 tensor-wise scales through torch._scaled_mm), eager and compiled, within float8 tolerance of
-the bf16 run and close to the same recipe on CPU; float8 weight-only inference of a Hugging
-Face model against the same quantized model on CPU."""
+the bf16 run and close to the same recipe on CPU; MXFP8 training (MXFP8TrainingOpConfig) within
+3% of bf16 and equal to the recipe on CPU; float8 weight-only inference of a Hugging Face model
+against the same quantized model on CPU."""
 import copy
 
 import pytest
@@ -53,6 +54,29 @@ def test_float8_training_matches_cpu():
     cpu = train(torchao_float8.convert_to_float8_training(mlp()), "cpu")
     tpu = train(torchao_float8.convert_to_float8_training(mlp()), "tpu")
     torch.testing.assert_close(tpu, cpu, rtol=5e-3, atol=0)
+
+
+def mxfp8_mlp():
+    # torchao's MXFP8 training recipe on the layers whose widths are whole 32-element blocks. Its
+    # AUTO kernels are Triton and CUDA ones; EMULATED quantizes with torch ops (on the device)
+    # and multiplies the dequantized operands.
+    from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig
+    from torchao.quantization import quantize_
+    from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+
+    model = mlp()
+    quantize_(model, MXFP8TrainingOpConfig(kernel_preference=KernelPreference.EMULATED),
+              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m.out_features % 32 == 0)
+    assert sum("MXFP8" in type(m.weight).__name__ for m in model if isinstance(m, torch.nn.Linear)) == 2
+    return model
+
+
+def test_mxfp8_training_tracks_bf16_and_cpu():
+    bf16 = train(mlp(), "tpu", steps=20)
+    mx = train(mxfp8_mlp(), "tpu", steps=20)
+    assert mx[-1] < mx[0] * 0.5, mx  # it learns
+    torch.testing.assert_close(mx, bf16, rtol=3e-2, atol=0)
+    torch.testing.assert_close(mx, train(mxfp8_mlp(), "cpu", steps=20), rtol=1e-5, atol=0)
 
 
 def test_float8_weight_only_hugging_face_inference():

@@ -1,13 +1,14 @@
 """torch._grouped_mm (mixture-of-experts matmuls) on tpu against PyTorch on CPU: the four
-layouts, gradients, empty groups, rows past the last group, and PyTorch's errors. The float8
-forms (torch._scaled_grouped_mm, F.scaled_grouped_mm), which PyTorch runs on CUDA only, against
-an emulation written here, with CUDA's errors."""
+layouts, gradients, empty groups, rows past the last group, and PyTorch's errors. The float8 and
+float4 forms (torch._scaled_grouped_mm, F.scaled_grouped_mm: row-wise, MXFP8, MXFP4, NVFP4),
+which PyTorch runs on CUDA only, against an emulation written here, with CUDA's errors; block
+scales laid out by torchao's reference helpers, as its MoE training lays them out."""
 import re
 
 import pytest
 import torch
 
-from helpers import TPU
+from helpers import TPU, decoded, packed
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 
@@ -211,6 +212,109 @@ def test_scaled_grouped_mm_errors():
         (lambda: sgm(a.to(torch.float8_e5m2), b, sa, sb, offs=offs), ValueError, "Expected mat_a to be Float8_e4m3 matrix got Float8_e5m2"),
         (lambda: F.scaled_grouped_mm(a, b, sa, F.ScalingType.TensorWise, sb, RW, offs=offs), ValueError, "No gemm implementation was found"),
     ]
-    for i, (call, cls, message) in enumerate(bad):
+    for call, cls, message in bad:
+        with pytest.raises(cls, match=re.escape(message)):
+            call()
+
+
+# ---- block-scaled grouped products: MXFP8, MXFP4, NVFP4 ---------------------------------------
+
+F4 = torch.float4_e2m1fn_x2
+B16, B32, TW = F.ScalingType.BlockWise1x16, F.ScalingType.BlockWise1x32, F.ScalingType.TensorWise
+SWIZZLED = F.SwizzleType.SWIZZLE_32_4_4
+
+
+def block_scales(*shape, recipe, seed):
+    """Random scales: powers of two (e8m0) for MX, float8 e4m3 for NVFP4."""
+    g = torch.Generator().manual_seed(seed)
+    if recipe == "nvfp4":
+        return (torch.rand(*shape, generator=g) * 2 + 0.25).to(E4M3)
+    return (2.0 ** torch.randint(-3, 4, shape, generator=g)).to(torch.float8_e8m0fnu)
+
+
+def elements(data, scales, block):
+    """(rows, k) operand values (float4 pairs decoded along k) times their blocks' scales."""
+    values = decoded(data, 1) if data.dtype == F4 else data.float()
+    return values * scales.float().repeat_interleave(block, 1)
+
+
+def block_data(recipe, *shape, seed):
+    """Operand data with k (the last dim) given unpacked."""
+    if recipe == "mxfp8":
+        torch.manual_seed(seed)
+        return fp8(*shape)
+    return packed(*shape[:-1], shape[-1] // 2, seed=seed)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp8", "mxfp4", "nvfp4"])
+def test_block_scaled_rows_grouped_by_expert(recipe):
+    from torchao.prototype.moe_training.kernels.mxfp8.quant import (
+        torch_to_blocked_2d_M_groups, torch_to_blocked_per_group_3d)
+
+    m, k, n, groups, block = 200, 128, 32, 4, 16 if recipe == "nvfp4" else 32
+    offs = offsets(40, 40, 170, 190)  # an empty group; rows 190.. are in none
+    a, w = block_data(recipe, m, k, seed=6), block_data(recipe, groups, n, k, seed=7)
+    sa, sw = block_scales(m, k // block, recipe=recipe, seed=8), block_scales(groups, n, k // block, recipe=recipe, seed=9)
+    ga, gw = torch.rand(groups) + 0.5, torch.rand(groups) + 0.5
+    ref = torch.zeros(m, n)
+    for g, (s, e) in enumerate(zip([0] + offs.tolist()[:-1], offs.tolist())):
+        ref[s:e] = elements(a[s:e], sa[s:e], block) @ elements(w[g], sw[g], block).t()
+        if recipe == "nvfp4":
+            ref[s:e] *= ga[g] * gw[g]
+    # CUDA's layouts: the activations' scales swizzled per group of rows, the weights' per expert.
+    sa_blocked, sw_blocked = torch_to_blocked_2d_M_groups(sa, offs)[0], torch_to_blocked_per_group_3d(sw)
+    at, bt = a.to(TPU), w.to(TPU).transpose(-2, -1)  # (G, k, n) column-major, as MoE layers pass it
+    sat, swt, offt = sa_blocked.to(TPU), sw_blocked.to(TPU), offs.to(TPU)
+    if recipe == "nvfp4":
+        got = F.scaled_grouped_mm(at, bt, [sat, ga.to(TPU)], [B16, TW], [swt, gw.to(TPU)], [B16, TW], offs=offt)
+    else:
+        got = F.scaled_grouped_mm(at, bt, sat, B32, swt, B32, swizzle_a=SWIZZLED, swizzle_b=SWIZZLED, offs=offt)
+    got = got.cpu()
+    assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+    assert torch.equal(got[190:], torch.zeros(10, n, dtype=torch.bfloat16))
+    torch.testing.assert_close(got[:190].float(), ref[:190].to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2)
+    if recipe == "mxfp8":  # the same through torch._scaled_grouped_mm
+        v1 = torch._scaled_grouped_mm(at, bt, sat, swt, offs=offt, out_dtype=torch.bfloat16)
+        torch.testing.assert_close(v1.cpu(), got, atol=0, rtol=0)
+
+
+def test_mxfp8_k_grouped_weight_gradient():
+    from torchao.prototype.moe_training.kernels.mxfp8.quant import torch_to_blocked_2d_K_groups
+
+    m, n, k, groups = 48, 32, 256, 4
+    offs = offsets(64, 64, 192, 256)  # tokens by expert, an empty group
+    a, bt = block_data("mxfp8", m, k, seed=10), block_data("mxfp8", n, k, seed=11)
+    sa, sbt = block_scales(m, k // 32, recipe="mxfp8", seed=12), block_scales(n, k // 32, recipe="mxfp8", seed=13)
+    ref = torch.zeros(groups, m, n)
+    for g, (s, e) in enumerate(zip([0] + offs.tolist()[:-1], offs.tolist())):
+        ref[g] = elements(a[:, s:e], sa[:, s // 32:e // 32], 32) @ elements(bt[:, s:e], sbt[:, s // 32:e // 32], 32).t()
+    # CUDA's layout: each group's scales swizzled on their own, one group's tiles after another.
+    blocked = [torch_to_blocked_2d_K_groups(x, offs // 32)[0].to(TPU) for x in (sa, sbt)]
+    got = torch._scaled_grouped_mm(a.to(TPU), bt.to(TPU).t(), *blocked, offs=offs.to(TPU), out_dtype=torch.bfloat16)
+    torch.testing.assert_close(got.cpu().float(), ref.to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2)
+
+
+def test_block_scaled_errors():
+    from torchao.prototype.moe_training.kernels.mxfp8.quant import (
+        torch_to_blocked_2d_M_groups, torch_to_blocked_per_group_3d)
+
+    offs = offsets(40, 40, 170, 190)
+    a, b = fp8(200, 128).to(TPU), fp8(4, 32, 128).to(TPU).transpose(-2, -1)
+    sa = torch_to_blocked_2d_M_groups(block_scales(200, 4, recipe="mxfp8", seed=0), offs)[0].to(TPU)
+    sb = torch_to_blocked_per_group_3d(block_scales(4, 32, 4, recipe="mxfp8", seed=1)).to(TPU)
+    offs, sgm = offs.to(TPU), torch._scaled_grouped_mm
+    none = F.SwizzleType.NO_SWIZZLE
+    bad = [
+        (lambda: F.scaled_grouped_mm(a, b, sa, B32, sb, B32, swizzle_a=none, swizzle_b=none, offs=offs), ValueError,
+         "For CUDA MXFP8 grouped gemm, both scale swizzle types must be SWIZZLE_32_4_4"),
+        (lambda: sgm(a, b, sa[:100], sb, offs=offs), RuntimeError,
+         "for block-scaled, arg 0 tensor shape (200, 128) must have scale.shape[0] >= 200 but got scale.shape=(100, 4)"),
+        (lambda: sgm(a, b, sa, sb[:, :-1], offs=offs), RuntimeError,
+         "for block-scaled grouped GEMM, the tensor shape (4, 128, 32) must have scale shape (4,4,128) for arg 1, got: 4, 511"),
+        (lambda: sgm(a, b, sa.flatten(), sb, offs=offs), RuntimeError,
+         "for block-scaled, scale must have same number of dimensions as parent tensor, but got mat.dim() = 2 and scale.dim() = 1 for arg 0"),
+        (lambda: F.scaled_grouped_mm(a, b, sa, B16, sb, B16, offs=offs), ValueError, "No gemm implementation was found"),
+    ]
+    for call, cls, message in bad:
         with pytest.raises(cls, match=re.escape(message)):
             call()

@@ -6,7 +6,8 @@
 //! `chlo.ragged_dot` where the plugin compiles it (`set_ragged_dot`), else dense products of
 //! every group that keep each row's own (G times the arithmetic; XLA:CPU has no ragged dot).
 use crate::args::{Args, Tensor};
-use crate::blocks::gather::take_along;
+use crate::blocks::block_scales::{along_k, ceil_div, float4_values, round_up, swizzled_index, unswizzle_groups};
+use crate::blocks::gather::{take_1d, take_along};
 use crate::blocks::precision;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
@@ -14,7 +15,7 @@ use crate::dtype::DType;
 use crate::error::Result;
 use crate::{bail, check, one, op, Op, Out};
 use std::sync::atomic::{AtomicBool, Ordering};
-use stablehlo::{CmpDir, Value};
+use stablehlo::{CmpDir, Ex, Value};
 
 static RAGGED_DOT: AtomicBool = AtomicBool::new(false);
 
@@ -27,7 +28,7 @@ pub(crate) const OPS: &[Op] = &[
     // Routed: its composite runs one product per group after reading the offsets on the host.
     op("_grouped_mm", grouped_mm).routed(&["_grouped_mm"]),
     op("_scaled_grouped_mm", scaled_grouped_mm),
-    op("_scaled_grouped_mm_v2", scaled_grouped_mm_v2),
+    op("_scaled_grouped_mm_v2", scaled_grouped_mm_v2).float4_mixes(),
 ];
 
 /// Group sizes from group ends: [e0, e1 - e0, e2 - e1, ...].
@@ -192,8 +193,12 @@ fn dense(cx: &mut Cx, a: Value, b: Value, offs: Value, a2: bool, b2: bool, acc: 
     }
 }
 
-/// PyTorch's ScalingType numbering (F.scaled_grouped_mm's recipes).
+/// PyTorch's ScalingType and SwizzleType numbering (F.scaled_grouped_mm's recipes).
+const TENSOR_WISE: i64 = 0;
 const ROW_WISE: i64 = 1;
+const BLOCK_1X16: i64 = 2;
+const BLOCK_1X32: i64 = 3;
+const SWIZZLE_32_4_4: i64 = 1;
 
 /// (self, mat2, scale_a, scale_b, offs?, bias?, scale_result?, out_dtype?, use_fast_accum) ->
 /// Tensor: float8 e4m3 operands with float32 row-wise scales, as CUDA's kernel takes them (its
@@ -212,13 +217,21 @@ fn scaled_grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
         Value,
         "For FP8 tensorwise and rowwise, both scales must both be float32 tensors. For MXFP8, scales must both be float8_e8m0fnu tensors."
     );
-    check!(!mx_scales, NotImplemented, "torchtpu: _scaled_grouped_mm with MXFP8 (float8_e8m0fnu) scales is not supported yet");
-    check_row_scales(cx, args, (&a, &b), (&sa, &sb), offs.as_ref())?;
+    if mx_scales {
+        check_block_scales(cx, (&a, &b), (&sa, &sb))?;
+    } else {
+        check_row_scales(cx, args, (&a, &b), (&sa, &sb), offs.as_ref())?;
+    }
     check!(
         args.dtype("out_dtype")?.is_none_or(|d| d == DType::BF16),
         Value,
         "Only bf16 high precision output types are supported for grouped gemm"
     );
+    if mx_scales && a.dtype == DType::F8E4M3FN && b.dtype == DType::F8E4M3FN {
+        return block_scaled(cx, (&a, &b), (&sa, &sb), None, offs.as_ref(), 32);
+    }
+    check!(f32_scales, Value, "For grouped FP8 rowwise, both scales must be float32 tensors");
+    check_float8_operands(&a, &b)?;
     row_scaled(cx, (&a, &b), (&sa, &sb), offs.as_ref())
 }
 
@@ -246,17 +259,41 @@ fn scaled_grouped_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (sa, sb) = (args.tensors("scale_a")?, args.tensors("scale_b")?);
     let (ra, rb) = (args.ints("recipe_a")?, args.ints("recipe_b")?);
     let float8 = |d: DType| matches!(d, DType::F8E4M3FN | DType::F8E5M2 | DType::F8E4M3FNUZ | DType::F8E5M2FNUZ);
-    let blocked = |d: DType| d == DType::F8E8M0FNU || d == DType::F8E4M3FN;
-    match (ra.as_slice(), rb.as_slice(), sa.as_slice(), sb.as_slice()) {
-        ([ROW_WISE], [ROW_WISE], [x], [y]) if float8(a.dtype) && float8(b.dtype) && x.dtype == DType::F32 && y.dtype == DType::F32 => {
-            check_row_scales(cx, args, (&a, &b), (x, y), offs.as_ref())?;
-            row_scaled(cx, (&a, &b), (x, y), offs.as_ref())
-        }
-        (_, _, [x, ..], [y, ..]) if blocked(x.dtype) && blocked(y.dtype) => {
-            bail!(NotImplemented, "torchtpu: F.scaled_grouped_mm with block-wise scales (MXFP8, MXFP4, NVFP4) is not supported yet")
-        }
-        _ => bail!(Value, "No gemm implementation was found"),
+    let (e4m3, fp4) = (DType::F8E4M3FN, DType::F4E2M1FNX2);
+    let mats = |d: DType| a.dtype == d && b.dtype == d;
+    let dtypes = |list: &[Tensor], want: &[DType]| list.len() == want.len() && list.iter().zip(want).all(|(t, d)| t.dtype == *d);
+    let recipes = |r: &[i64]| ra.as_slice() == r && rb.as_slice() == r;
+    // CUDA's recipes, tried in its order: row-wise, MXFP8, MXFP4, NVFP4.
+    if recipes(&[ROW_WISE]) && float8(a.dtype) && float8(b.dtype) && dtypes(&sa, &[DType::F32]) && dtypes(&sb, &[DType::F32]) {
+        check_row_scales(cx, args, (&a, &b), (&sa[0], &sb[0]), offs.as_ref())?;
+        check_float8_operands(&a, &b)?;
+        return row_scaled(cx, (&a, &b), (&sa[0], &sb[0]), offs.as_ref());
     }
+    let mx = recipes(&[BLOCK_1X32]) && dtypes(&sa, &[DType::F8E8M0FNU]) && dtypes(&sb, &[DType::F8E8M0FNU]);
+    let nv = recipes(&[BLOCK_1X16, TENSOR_WISE]) && dtypes(&sa, &[e4m3, DType::F32]) && dtypes(&sb, &[e4m3, DType::F32]);
+    let (block, globals) = match () {
+        _ if mx && (mats(e4m3) || mats(fp4)) => (32, None),
+        _ if nv && mats(fp4) => (16, Some((&sa[1], &sb[1]))),
+        _ => bail!(Value, "No gemm implementation was found"),
+    };
+    check_block_scales(cx, (&a, &b), (&sa[0], &sb[0]))?;
+    if mats(e4m3) {
+        let swizzles = (args.ints("swizzle_a")?, args.ints("swizzle_b")?);
+        check!(
+            swizzles.0.first() == Some(&SWIZZLE_32_4_4) && swizzles.1.first() == Some(&SWIZZLE_32_4_4),
+            Value,
+            "For CUDA MXFP8 grouped gemm, both scale swizzle types must be SWIZZLE_32_4_4"
+        );
+    }
+    block_scaled(cx, (&a, &b), (&sa[0], &sb[0]), globals, offs.as_ref(), block)
+}
+
+/// The row-wise kernel's operands: float8 e4m3.
+fn check_float8_operands(a: &Tensor, b: &Tensor) -> Result<()> {
+    for mat in [a, b] {
+        check!(mat.dtype == DType::F8E4M3FN, Value, "Expected mat_a to be Float8_e4m3 matrix got {}", mat.dtype.torch_name());
+    }
+    Ok(())
 }
 
 /// CUDA's checks of a scaled grouped product's operands, in its order: mat_a row-major and
@@ -329,7 +366,7 @@ fn check_offsets(cx: &Cx, a: &Tensor, b: &Tensor, offs: Option<&Tensor>) -> Resu
 
 /// CUDA's checks of float32 row-wise scales: one per row of a 2-d mat_a and per column of a
 /// 2-d mat_b (per group and row or column when both are 2-d), (G, rows) and (G, columns) for a
-/// 3-d one; then float8 e4m3 operands.
+/// 3-d one.
 fn check_row_scales(cx: &Cx, args: &Args, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor), offs: Option<&Tensor>) -> Result<()> {
     let both_2d = cx.dims(mats.0.v).len() == 2 && cx.dims(mats.1.v).len() == 2;
     let multiplier = if both_2d { offs.map_or(1, |o| cx.dims(o.v)[0]) } else { 1 };
@@ -346,9 +383,6 @@ fn check_row_scales(cx: &Cx, args: &Args, mats: (&Tensor, &Tensor), scales: (&Te
             check!(sd[0] == md[0], Runtime, "scale must have the same batch dimension as mat for arg {}", arg);
             check!(sd[1] == md[1 + arg], Runtime, "scale must have the same first dimension as mat for arg {}", arg);
         }
-    }
-    for mat in [mats.0, mats.1] {
-        check!(mat.dtype == DType::F8E4M3FN, Value, "Expected mat_a to be Float8_e4m3 matrix got {}", mat.dtype.torch_name());
     }
     Ok(())
 }
@@ -396,4 +430,197 @@ fn by_group(cx: &mut Cx, scales: Value, offs: Value, positions: i64) -> Value {
     let last = cx.full((g - 1).max(0) as f64, DType::I64, &[positions]);
     let group = cx.b.min(group, last);
     take_along(cx, scales, 0, group)
+}
+
+/// CUDA's checks of block scales (MXFP8, MXFP4, NVFP4): a 2-d operand's are 2-d with at least
+/// a row per row of the operand (per column of mat_b) — the groups' segments, whose sizes depend
+/// on the offsets; a 3-d operand's are (G, one swizzled (N, K blocks) matrix per group).
+fn check_block_scales(cx: &Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor)) -> Result<()> {
+    for (arg, mat, scale) in [(0, mats.0, scales.0), (1, mats.1, scales.1)] {
+        let (md, sd) = (cx.dims(mat.v), cx.dims(scale.v));
+        if md.len() == 2 {
+            check!(
+                sd.len() == 2,
+                Runtime,
+                "for block-scaled, scale must have same number of dimensions as parent tensor, but got mat.dim() = 2 and scale.dim() = {} for arg {}",
+                sd.len(),
+                arg
+            );
+            check!(
+                sd[0] >= md[arg],
+                Runtime,
+                "for block-scaled, arg {} tensor shape ({}, {}) must have scale.shape[0] >= {} but got scale.shape=({}, {})",
+                arg,
+                md[0],
+                md[1],
+                md[arg],
+                sd[0],
+                sd[1]
+            );
+        } else {
+            let (g, k, n) = (md[0], unpacked(mat.dtype, md[1]), md[2]);
+            let block = if mat.dtype == DType::F4E2M1FNX2 && scale.dtype == DType::F8E4M3FN { 16 } else { 32 };
+            let (bk, bn) = (round_up(k / block, 4), round_up(n, 128));
+            check!(
+                sd.len() == 2,
+                Runtime,
+                "for block-scaled 2d-3d grouped GEMM, the 3d tensor of shape (G,K,N) must have a 2d scale of shape (G, blocked_scale_K * blocked_scale_N),but scale is {}D for arg {}",
+                sd.len(),
+                arg
+            );
+            check!(
+                sd[0] == g && sd[1] == bk * bn,
+                Runtime,
+                "for block-scaled grouped GEMM, the tensor shape ({}, {}, {}) must have scale shape ({},{},{}) for arg {}, got: {}, {}",
+                g,
+                k,
+                n,
+                g,
+                bk,
+                bn,
+                arg,
+                sd[0],
+                sd[1]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// K of an operand: twice its size for float4 pairs.
+fn unpacked(dtype: DType, size: i64) -> i64 {
+    if dtype == DType::F4E2M1FNX2 {
+        2 * size
+    } else {
+        size
+    }
+}
+
+/// An operand's values in float32; float4 pairs unpacked along `k_dim`.
+fn values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
+    if t.dtype == DType::F4E2M1FNX2 {
+        float4_values(cx, t.v, k_dim)
+    } else {
+        cx.cast(t.v, DType::F32)
+    }
+}
+
+/// The grouped product with block scales (2d-3d: tokens grouped; 2d-2d: K grouped): each
+/// operand decoded and scaled per element in float32 (exact for MX's power-of-two scales),
+/// multiplied by group, times NVFP4's per-group global scales, as bfloat16.
+fn block_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor), globals: Option<(&Tensor, &Tensor)>, offs: Option<&Tensor>, block: i64) -> Result<Vec<Out>> {
+    let (a, b) = mats;
+    let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
+    check!(ad.len() == 2, Value, "MXFP8 grouped GEMM currently only supports 2d-2d and 2d-3d cases");
+    let Some(offs) = offs else { bail!(Value, "MXFP8 2d-2d and 2d-3d grouped GEMMs requires offsets") };
+    let fp4 = a.dtype == DType::F4E2M1FNX2;
+    check!(!(fp4 && bd.len() == 2), NotImplemented, "torchtpu: float4 grouped products with K grouped (2d-2d) are not supported yet");
+    let k = unpacked(a.dtype, ad[1]);
+    let (m, g) = (ad[0], cx.dims(offs.v)[0]);
+    let af = values(cx, a, 1);
+    let (af, bf) = if bd.len() == 3 {
+        let n = bd[2];
+        let sa = segment_scales(cx, scales.0.v, offs.v, m, k, block, Grouped::Rows);
+        let bf = values(cx, b, 1);
+        // (G, N, K blocks) per group, spread along K: (G, K, N).
+        let kb = ceil_div(k, block);
+        let per = unswizzle_groups(cx, scales.1.v, g, n, kb);
+        let per = cx.b.reshape(per, &[g * n, kb]);
+        let sb = along_k(cx, per, block, k);
+        let sb = cx.b.reshape(sb, &[g, n, k]);
+        let sb = cx.b.transpose(sb, &[0, 2, 1]);
+        (cx.b.mul(af, sa), cx.b.mul(bf, sb))
+    } else {
+        let n = bd[1];
+        let sa = segment_scales(cx, scales.0.v, offs.v, m, k, block, Grouped::K);
+        let sb = segment_scales(cx, scales.1.v, offs.v, n, k, block, Grouped::K);
+        let sb = cx.b.transpose(sb, &[1, 0]);
+        let bf = values(cx, b, 0);
+        (cx.b.mul(af, sa), cx.b.mul(bf, sb))
+    };
+    let mut out = product(cx, af, bf, Some(offs.v), stablehlo::ElemType::F32);
+    if let Some((ga, gb)) = globals {
+        // NVFP4's global scales: one per group and operand.
+        let (ga, gb) = (cx.cast(ga.v, DType::F32), cx.cast(gb.v, DType::F32));
+        let global = cx.b.mul(ga, gb);
+        let dims = cx.dims(out);
+        let per = if bd.len() == 3 {
+            let column = cx.b.reshape(global, &[g, 1]);
+            let rows = by_group(cx, column, offs.v, m);
+            cx.b.broadcast_in_dim(rows, &dims, &[0, 1])
+        } else {
+            cx.b.broadcast_in_dim(global, &dims, &[0])
+        };
+        out = cx.b.mul(out, per);
+    }
+    one(cx.cast(out, DType::BF16))
+}
+
+fn flatten(cx: &mut Cx, v: Value) -> Value {
+    let n = cx.numel(v);
+    cx.b.reshape(v, &[n])
+}
+
+/// Which dim of a 2-d operand its groups run along.
+#[derive(Copy, Clone, PartialEq)]
+enum Grouped {
+    /// The rows (2d-3d's mat_a: tokens by expert).
+    Rows,
+    /// K (2d-2d: a weight gradient's tokens).
+    K,
+}
+
+/// A 2-d operand's block scales per element, (rows, k) float32 (k unpacked), from CUDA's layout
+/// of a grouped operand's scales (`flat`): each group's (rows, K blocks) scale matrix swizzled
+/// on its own (SWIZZLE_32_4_4, padded to 128-row, 4-column tiles), the groups' segments one
+/// after another: along the rows, each group's segment starts at a row of the (rows, `width`)
+/// buffer; along K, right after the previous group's tiles. Elements in no group get scale 0.
+fn segment_scales(cx: &mut Cx, scales: Value, offs: Value, rows: i64, k: i64, block: i64, grouped: Grouped) -> Value {
+    let width = cx.dims(scales)[1];
+    let flat = flatten(cx, scales);
+    let positions = if grouped == Grouped::Rows { rows } else { k };
+    let sizes = group_sizes(cx, offs);
+    let sizes = cx.cast(sizes, DType::I64);
+    let ends = cx.cast(offs, DType::I64);
+    let groups = cx.dims(offs)[0];
+    // Per group: its start, its scale matrix's 4-column tiles, and where its segment begins.
+    let ty = stablehlo::TensorType { elem: stablehlo::ElemType::I64, dims: vec![rows, k] };
+    let e = Ex::new(cx);
+    let (sizes_e, ends_e) = (e.of(sizes), e.of(ends));
+    let starts = (ends_e - sizes_e).v;
+    let col_tiles = match grouped {
+        Grouped::Rows => e.full(round_up(ceil_div(k, block), 4) as f64 / 4.0, &stablehlo::TensorType { elem: stablehlo::ElemType::I64, dims: vec![groups] }).v,
+        Grouped::K => (((sizes_e + (block - 1)) / block + 3i64) / 4i64).v,
+    };
+    let segment = match grouped {
+        // A group's rows, padded to whole tiles, in a buffer `width` scales wide.
+        Grouped::Rows => (((sizes_e + 127i64) / 128i64) * (128 * width)).v,
+        Grouped::K => (e.of(col_tiles) * (round_up(rows, 128) * 4)).v,
+    };
+    drop(e);
+    let segment_ends = crate::blocks::gather::cumsum_1d(cx, segment);
+    let segment_starts = cx.b.sub(segment_ends, segment);
+    let group = group_of(cx, offs, positions);
+    let last = cx.full((groups - 1).max(0) as f64, DType::I64, &[positions]);
+    let count = cx.full(groups as f64, DType::I64, &[positions]);
+    let in_group = cx.b.compare(CmpDir::Lt, group, count);
+    let group = cx.b.min(group, last);
+    let per_position = |cx: &mut Cx, v: Value| take_1d(cx, v, group);
+    let (start, tiles, base) = (per_position(cx, starts), per_position(cx, col_tiles), per_position(cx, segment_starts));
+    let along = if grouped == Grouped::Rows { 0 } else { 1 };
+    let spread = |cx: &mut Cx, v: Value| cx.b.broadcast_in_dim(v, &[rows, k], &[along]);
+    let (start, tiles, base, in_group) = (spread(cx, start), spread(cx, tiles), spread(cx, base), spread(cx, in_group));
+    let (row, col) = (cx.b.iota(&ty, 0), cx.b.iota(&ty, 1));
+    let e = Ex::new(cx);
+    let [row, col, start, tiles, base] = e.all([row, col, start, tiles, base]);
+    let (r, c) = match grouped {
+        Grouped::Rows => (row - start, col / block),
+        Grouped::K => (row, (col - start) / block),
+    };
+    let index = (base + swizzled_index(r, c, tiles)).v;
+    drop(e);
+    let scales = take_1d(cx, flat, index);
+    let scales = cx.cast(scales, DType::F32);
+    let zero = cx.full(0.0, DType::F32, &[rows, k]);
+    cx.b.select(in_group, scales, zero)
 }

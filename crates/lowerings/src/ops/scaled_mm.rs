@@ -8,13 +8,14 @@
 //! operands hold two values per byte along K (the low nibble first), so their K is twice their
 //! size. `use_fast_accum` changes nothing: the sum is always float32.
 use crate::args::{Args, Tensor};
+use crate::blocks::block_scales::{along_k, ceil_div, float4_values, round_up, unswizzle};
 use crate::blocks::contract::contract;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result, TorchError};
 use crate::{bail, check, one, op, Op, Out};
-use stablehlo::{Ex, Value};
+use stablehlo::Value;
 
 pub(crate) const OPS: &[Op] = &[op("_scaled_mm", scaled_mm).float4_mixes(), op("_scaled_mm_v2", scaled_mm_v2).float4_mixes()];
 
@@ -41,14 +42,6 @@ const BLOCK_1X32: i64 = 3;
 const BLOCK_1X128: i64 = 4;
 const BLOCK_128X128: i64 = 5;
 const SWIZZLE_32_4_4: i64 = 1;
-
-fn ceil_div(a: i64, b: i64) -> i64 {
-    (a + b - 1) / b
-}
-
-fn round_up(a: i64, b: i64) -> i64 {
-    ceil_div(a, b) * b
-}
 
 /// Contiguous strides of `dims` (what PyTorch's message prints for a dense scale).
 fn strides(dims: &[i64]) -> Vec<i64> {
@@ -439,34 +432,6 @@ fn operand_values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
     }
 }
 
-/// float4_e2m1fn_x2 bytes as float32 values, twice as many along `dim`: each byte's low nibble
-/// first, as PyTorch's and cuBLAS's packing has them. An e2m1 code is a sign bit, a 2-bit
-/// exponent (bias 1) and a 1-bit mantissa: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives.
-fn float4_values(cx: &mut Cx, v: Value, dim: usize) -> Value {
-    let mut dims = cx.dims(v);
-    let bytes = cx.b.convert(v, stablehlo::ElemType::I32);
-    let e = Ex::new(cx);
-    let byte = e.of(bytes);
-    let codes: Vec<Value> = [byte & 15i64, byte / 16i64]
-        .iter()
-        .map(|&code| {
-            let mantissa = (code & 1i64).cast(stablehlo::ElemType::F32);
-            let exponent = ((code / 2i64) & 3i64).cast(stablehlo::ElemType::F32);
-            let normal = (exponent - 1.0).exp2() * (mantissa * 0.5 + 1.0);
-            let magnitude = exponent.eq(0.0).select(mantissa * 0.5, normal);
-            (code & 8i64).ne(0i64).select(-magnitude, magnitude).v
-        })
-        .collect();
-    drop(e);
-    // (.., n, ..) low and high values -> (.., n, 2, ..) -> (.., 2n, ..).
-    let mut pair = dims.clone();
-    pair.insert(dim + 1, 1);
-    let parts: Vec<Value> = codes.iter().map(|&c| cx.b.reshape(c, &pair)).collect();
-    let pairs = cx.b.concatenate(&parts, dim as i64 + 1);
-    dims[dim] *= 2;
-    cx.b.reshape(pairs, &dims)
-}
-
 /// A DeepSeek-style operand's float32 scales per element, (rows, k), after CUDA's shape check:
 /// a 1x128 recipe's scales are (rows, K blocks), a 128x128 one's (K blocks rounded up to 4, row
 /// blocks).
@@ -476,30 +441,6 @@ fn deepseek_scales(cx: &mut Cx, name: &str, scales: &Tensor, recipe: i64, rows: 
     let got = cx.dims(scales.v);
     check!(got == want, Value, "{} must have shape {} x {} Float elements, got {}", name, want[0], want[1], shape_str(&got));
     Ok(if recipe == BLOCK_1X128 { along_k(cx, scales.v, 128, k) } else { square_blocks(cx, scales.v, rows, k) })
-}
-
-/// cuBLAS's block-scaling-factor layout (SWIZZLE_32_4_4) read back as float32 scales of
-/// `rows` x `cols`: the matrix padded to 128-row, 4-column tiles, the tiles in row-major order,
-/// each stored as 32 x 16 with element (r, c) of the tile at [r % 32][(r / 32) * 4 + c].
-fn unswizzle(cx: &mut Cx, v: Value, rows: i64, cols: i64) -> Value {
-    let (tile_rows, tile_cols) = (ceil_div(rows, 128), ceil_div(cols, 4));
-    let v = cx.cast(v, DType::F32);
-    let tiles = cx.b.reshape(v, &[tile_rows, tile_cols, 32, 4, 4]);
-    // (tile row, tile column, r % 32, r / 32, c) -> (tile row, r / 32, r % 32, tile column, c)
-    let ordered = cx.b.transpose(tiles, &[0, 3, 2, 1, 4]);
-    let padded = cx.b.reshape(ordered, &[tile_rows * 128, tile_cols * 4]);
-    cx.b.slice(padded, &[0, 0], &[rows, cols], &[1, 1])
-}
-
-/// Scales (rows, ceil(k / block)) spread over each block's elements: (rows, k), float32.
-fn along_k(cx: &mut Cx, scales: Value, block: i64, k: i64) -> Value {
-    let rows = cx.dims(scales)[0];
-    let blocks = ceil_div(k, block);
-    let scales = cx.cast(scales, DType::F32);
-    let scales = cx.b.slice(scales, &[0, 0], &[rows, blocks], &[1, 1]);
-    let spread = cx.b.broadcast_in_dim(scales, &[rows, blocks, block], &[0, 1]);
-    let flat = cx.b.reshape(spread, &[rows, blocks * block]);
-    cx.b.slice(flat, &[0, 0], &[rows, k], &[1, 1])
 }
 
 /// 128x128-block scales, stored (round_up(k blocks, 4), row blocks) as CUDA's recipe has them,
