@@ -376,3 +376,31 @@ def test_torchao_mx_inference_config(elem):
         got, ref = dev(x.to(TPU)), cpu(x)
     assert got.device.type == "tpu" and got.dtype == ref.dtype == torch.bfloat16
     torch.testing.assert_close(got.cpu(), ref, rtol=2e-2, atol=2e-2)
+
+
+def test_torchao_nvfp4_weight_only_hugging_face_inference():
+    # torchao's NVFP4 weight-only recipe on a tiny Llama, quantized on the device: the same
+    # float4 bytes and scales as on CPU, its logits and greedy tokens the same recipe's on CPU.
+    # (Its dynamic-activation recipe asserts an sm100 CUDA GPU when it is applied.)
+    transformers = pytest.importorskip("transformers")
+    import copy
+
+    from torchao.prototype.mx_formats import NVFP4WeightOnlyConfig
+    from torchao.quantization import quantize_
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    cpu = transformers.LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
+    dev = copy.deepcopy(cpu).to(TPU)
+    quantize_(cpu, NVFP4WeightOnlyConfig())
+    quantize_(dev, NVFP4WeightOnlyConfig())
+    w, ref_w = dev.model.layers[0].mlp.up_proj.weight, cpu.model.layers[0].mlp.up_proj.weight
+    assert w.qdata.device.type == "tpu" and w.qdata.dtype == ref_w.qdata.dtype  # packed float4 pairs
+    assert torch.equal(w.qdata.cpu().view(torch.uint8), ref_w.qdata.view(torch.uint8))
+    assert torch.equal(w.scale.cpu().view(torch.uint8), ref_w.scale.view(torch.uint8))
+    ids = torch.randint(0, 128, (2, 10))
+    with torch.no_grad():
+        torch.testing.assert_close(dev(ids.to(TPU)).logits.cpu().float(), cpu(ids).logits.float(), atol=2e-2, rtol=2e-2)
+        got = dev.generate(ids.to(TPU), max_new_tokens=8, do_sample=False).cpu()
+        assert torch.equal(got, cpu.generate(ids, max_new_tokens=8, do_sample=False))
