@@ -14,8 +14,8 @@ if [ -z "$SKIP_SMALL" ]; then
   timeout 120 python3 benches/h200_llama.py --tiny --runs tpu --batch 2 --seq 128 --steps 4 --child-timeout 100 \
     --platform "$TORCHTPU_PLATFORM" 2>&1 | tee "$OUT/tiny.txt"
 fi
-# float8: torch._scaled_mm against a bf16 matmul of the same size (issue 16), and a custom
-# kernel's call overhead.
+# float8 and float4: torch._scaled_mm, MXFP8 and NVFP4 F.scaled_mm against a bf16 matmul of the
+# same size (issue 16), and a custom kernel's call overhead.
 timeout 120 python3 benches/low_precision.py --size "${MATMUL_SIZE:-8192}" 2>&1 | tee "$OUT/low_precision.txt"
 # Compiled flex attention: keys in blocks against the dense form (issue 14).
 timeout 150 python3 benches/flex_attention.py --seq "${FLEX_SEQ:-8192}" 2>&1 | tee "$OUT/flex_attention.txt"

@@ -3,8 +3,9 @@
 - a user's kernel call (StableHLO text, and a jax.export module) against the aten op doing the
   same work at the same size (`torch.sin`), microseconds per cached call;
 - torch._scaled_mm (float8 operands, tensor-wise scales) and F.scaled_mm with MXFP8 block scales
-  (one float8_e8m0fnu scale per 32 elements) against a bf16 matmul of the same size. On the CPU
-  plugin float8 is emulated, so only the GPU/TPU figures say anything about speed.
+  (one float8_e8m0fnu scale per 32 elements) and NVFP4 ones (float4 operands, one float8 e4m3
+  scale per 16 elements and a global scale) against a bf16 matmul of the same size. On the CPU
+  plugin float8 and float4 are emulated, so only the GPU/TPU figures say anything about speed.
 """
 import argparse
 import os
@@ -78,6 +79,19 @@ func.func @main(%x: {kernels.mlir_type(t)}) -> {kernels.mlir_type(t)} {{
         mx = per_call_us(lambda: F.scaled_mm(a8, b8, scales, block, scales, block, swizzle_a=swizzle, swizzle_b=swizzle,
                                              output_dtype=torch.bfloat16), 20)
         print(f"{n}x{n} F.scaled_mm, MXFP8 1x32 blocks : {mx:8.1f} us/call  ({bf16 / mx:.2f}x the bf16 speed)")
+        # NVFP4: float4 pairs (two values per byte along K), float8 e4m3 scales per 16 elements
+        # in the swizzled layout, and a float32 global scale per operand.
+        def float4(rows):
+            return torch.randint(0, 256, (rows, n // 2), dtype=torch.uint8, device="tpu").view(torch.float4_e2m1fn_x2)
+
+        a4, b4 = float4(n), float4(n).t()
+        count16 = -(-n // 128) * 128 * (-(-(-(-n // 16)) // 4) * 4)
+        s16 = torch.ones(count16, device="tpu").to(torch.float8_e4m3fn)
+        recipe = [F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise]
+        swizzles = [swizzle, F.SwizzleType.NO_SWIZZLE]
+        nv = per_call_us(lambda: F.scaled_mm(a4, b4, [s16, one], recipe, [s16, one], recipe, swizzle_a=swizzles,
+                                             swizzle_b=swizzles, output_dtype=torch.bfloat16), 20)
+        print(f"{n}x{n} F.scaled_mm, NVFP4 1x16 blocks : {nv:8.1f} us/call  ({bf16 / nv:.2f}x the bf16 speed)")
 
 
 if __name__ == "__main__":
