@@ -1,8 +1,8 @@
 """float8 recipes on tpu with torchao: training with convert_to_float8_training (dynamic
 tensor-wise scales through torch._scaled_mm), eager and compiled, within float8 tolerance of
-the bf16 run and close to the same recipe on CPU; MXFP8 training (MXFP8TrainingOpConfig) within
-3% of bf16 and equal to the recipe on CPU; float8 weight-only inference of a Hugging Face model
-against the same quantized model on CPU."""
+the bf16 run and close to the same recipe on CPU; MXFP8 training of a tiny Llama
+(MXFP8TrainingOpConfig) within 3% of bf16 and close to the same recipe on CPU; float8
+weight-only inference of a Hugging Face model against the same quantized model on CPU."""
 import copy
 
 import pytest
@@ -56,27 +56,51 @@ def test_float8_training_matches_cpu():
     torch.testing.assert_close(tpu, cpu, rtol=5e-3, atol=0)
 
 
-def mxfp8_mlp():
-    # torchao's MXFP8 training recipe on the layers whose widths are whole 32-element blocks. Its
-    # AUTO kernels are Triton and CUDA ones; EMULATED quantizes with torch ops (on the device)
-    # and multiplies the dequantized operands.
+def tiny_llama():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+
+
+def mxfp8_llama():
+    # torchao's MXFP8 training recipe on every linear layer but the head. Its AUTO kernels are
+    # Triton and CUDA ones; EMULATED quantizes with torch ops (on the device) and multiplies the
+    # dequantized operands. It takes bf16 weights (not autocast).
     from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig
     from torchao.quantization import quantize_
     from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
 
-    model = mlp()
+    model = tiny_llama()
     quantize_(model, MXFP8TrainingOpConfig(kernel_preference=KernelPreference.EMULATED),
-              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and m.out_features % 32 == 0)
-    assert sum("MXFP8" in type(m.weight).__name__ for m in model if isinstance(m, torch.nn.Linear)) == 2
+              filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and "lm_head" not in fqn)
+    assert sum("MXFP8" in type(m.weight).__name__ for m in model.modules() if isinstance(m, torch.nn.Linear)) == 14
     return model
 
 
-def test_mxfp8_training_tracks_bf16_and_cpu():
-    bf16 = train(mlp(), "tpu", steps=20)
-    mx = train(mxfp8_mlp(), "tpu", steps=20)
-    assert mx[-1] < mx[0] * 0.5, mx  # it learns
+def train_lm(model, device, steps=20):
+    model = model.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, 128, (4, 32), generator=g) for _ in range(4)]
+    losses = []
+    for i in range(steps):
+        ids = data[i % len(data)].to(device)
+        loss = model(ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return torch.tensor(losses)
+
+
+def test_mxfp8_llama_training_tracks_bf16_and_cpu():
+    bf16 = train_lm(tiny_llama(), "tpu")
+    mx = train_lm(mxfp8_llama(), "tpu")
+    assert mx[-1] < mx[0] * 0.8, mx  # it learns
     torch.testing.assert_close(mx, bf16, rtol=3e-2, atol=0)
-    torch.testing.assert_close(mx, train(mxfp8_mlp(), "cpu", steps=20), rtol=1e-5, atol=0)
+    torch.testing.assert_close(mx, train_lm(mxfp8_llama(), "cpu"), rtol=1e-2, atol=0)
 
 
 def test_float8_weight_only_hugging_face_inference():
