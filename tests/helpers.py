@@ -178,3 +178,13 @@ def decoded(t, dim):
     shape = list(t.shape)
     shape[dim] *= 2
     return FLOAT4_VALUES[codes.reshape(shape)]
+
+
+def tiny_llama(dtype=torch.bfloat16):
+    """A 2-layer Hugging Face Llama (width 64, vocabulary 128) with seeded weights, on CPU."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg).to(dtype)

@@ -4,7 +4,7 @@ NotImplementedError by the others (their arithmetic on bytes would be wrong numb
 import pytest
 import torch
 
-from helpers import FLOAT4_VALUES, TPU, decoded, packed
+from helpers import FLOAT4_VALUES, TPU, decoded, packed, tiny_llama
 
 F4 = torch.float4_e2m1fn_x2
 NOT_IMPLEMENTED = r"not implemented for 'Float4_e2m1fn_x2'"
@@ -382,16 +382,12 @@ def test_torchao_nvfp4_weight_only_hugging_face_inference():
     # torchao's NVFP4 weight-only recipe on a tiny Llama, quantized on the device: the same
     # float4 bytes and scales as on CPU, its logits and greedy tokens the same recipe's on CPU.
     # (Its dynamic-activation recipe asserts an sm100 CUDA GPU when it is applied.)
-    transformers = pytest.importorskip("transformers")
     import copy
 
     from torchao.prototype.mx_formats import NVFP4WeightOnlyConfig
     from torchao.quantization import quantize_
 
-    torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    cpu = transformers.LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
+    cpu = tiny_llama().eval()
     dev = copy.deepcopy(cpu).to(TPU)
     quantize_(cpu, NVFP4WeightOnlyConfig())
     quantize_(dev, NVFP4WeightOnlyConfig())

@@ -1,6 +1,6 @@
 //! Reading and writing PyTorch views (sizes, strides, offset) of a dense base buffer inside a
 //! module: the gather is folded into the op's own program, and a write produces the new base.
-use lowerings::{Cx, DType};
+use lowerings::{is_contiguous, Cx, DType};
 use stablehlo::{ElemType, ScatterDims, TensorType, Value};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,17 +16,6 @@ pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
         s[i] = s[i + 1] * sizes[i + 1].max(1);
     }
     s
-}
-
-fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
-    let mut expected = 1;
-    for (&n, &s) in sizes.iter().zip(strides).rev() {
-        if n != 1 && s != expected {
-            return false;
-        }
-        expected *= n;
-    }
-    true
 }
 
 impl Geometry<'_> {

@@ -12,6 +12,19 @@ pub struct Tensor {
     pub rank: Rank,
 }
 
+/// PyTorch's is_contiguous of a view: dense in row-major order, strides of dims of size 1
+/// aside.
+pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    let mut expected = 1;
+    for (&n, &s) in sizes.iter().zip(strides).rev() {
+        if n != 1 && s != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
+}
+
 /// A floating-point (or complex) scalar: a runtime input of the compiled module unless the
 /// op asks for specialization, so that changing values (learning rates) reuse executables.
 #[derive(Copy, Clone, Debug)]

@@ -7,7 +7,7 @@
 //! scaled first, as CUDA's recipes define them, and multiplied in float32. float4_e2m1fn_x2
 //! operands hold two values per byte along K (the low nibble first), so their K is twice their
 //! size. `use_fast_accum` changes nothing: the sum is always float32.
-use crate::args::{Args, Tensor};
+use crate::args::{is_contiguous, Args, Tensor};
 use crate::blocks::block_scales::{along_k, ceil_div, float4_values, round_up, unswizzle};
 use crate::blocks::contract::contract;
 use crate::blocks::type_names::shape_str;
@@ -101,18 +101,6 @@ fn joint_scaling(cx: &mut Cx, a: &Tensor, b: &Tensor, sa: &Tensor, sb: &Tensor, 
         shape_str(&sbd),
         shape_str(sbs)
     );
-}
-
-/// PyTorch's is_contiguous: strides of dims of size 1 do not count.
-fn is_contiguous(dims: &[i64], strides: &[i64]) -> bool {
-    let mut expected = 1;
-    for (&n, &s) in dims.iter().zip(strides).rev() {
-        if n != 1 && s != expected {
-            return false;
-        }
-        expected *= n;
-    }
-    true
 }
 
 /// Row-wise scales are read with unit stride along their second dim, whatever its size.
