@@ -278,19 +278,29 @@ def test_block_scaled_rows_grouped_by_expert(recipe):
         torch.testing.assert_close(v1.cpu(), got, atol=0, rtol=0)
 
 
-def test_mxfp8_k_grouped_weight_gradient():
+@pytest.mark.parametrize("recipe", ["mxfp8", "mxfp4", "nvfp4"])
+def test_block_scaled_k_grouped_weight_gradient(recipe):
     from torchao.prototype.moe_training.kernels.mxfp8.quant import torch_to_blocked_2d_K_groups
 
-    m, n, k, groups = 48, 32, 256, 4
-    offs = offsets(64, 64, 192, 256)  # tokens by expert, an empty group
-    a, bt = block_data("mxfp8", m, k, seed=10), block_data("mxfp8", n, k, seed=11)
-    sa, sbt = block_scales(m, k // 32, recipe="mxfp8", seed=12), block_scales(n, k // 32, recipe="mxfp8", seed=13)
+    m, n, k, groups, block = 48, 32, 256, 4, 16 if recipe == "nvfp4" else 32
+    offs = offsets(64, 64, 192, 256)  # tokens by expert (values, not float4 bytes), an empty group
+    a, bt = block_data(recipe, m, k, seed=10), block_data(recipe, n, k, seed=11)
+    sa, sbt = (block_scales(rows, k // block, recipe=recipe, seed=12 + rows) for rows in (m, n))
+    ga, gb = torch.rand(groups) + 0.5, torch.rand(groups) + 0.5
     ref = torch.zeros(groups, m, n)
     for g, (s, e) in enumerate(zip([0] + offs.tolist()[:-1], offs.tolist())):
-        ref[g] = elements(a[:, s:e], sa[:, s // 32:e // 32], 32) @ elements(bt[:, s:e], sbt[:, s // 32:e // 32], 32).t()
+        ev = elements(a, sa, block)[:, s:e] @ elements(bt, sbt, block)[:, s:e].t()
+        ref[g] = ev * (ga[g] * gb[g] if recipe == "nvfp4" else 1)
     # CUDA's layout: each group's scales swizzled on their own, one group's tiles after another.
-    blocked = [torch_to_blocked_2d_K_groups(x, offs // 32)[0].to(TPU) for x in (sa, sbt)]
-    got = torch._scaled_grouped_mm(a.to(TPU), bt.to(TPU).t(), *blocked, offs=offs.to(TPU), out_dtype=torch.bfloat16)
+    blocked = [torch_to_blocked_2d_K_groups(x, offs // block)[0].to(TPU) for x in (sa, sbt)]
+    at, bt_t, offt = a.to(TPU), bt.to(TPU).t(), offs.to(TPU)
+    if recipe == "mxfp8":
+        got = torch._scaled_grouped_mm(at, bt_t, *blocked, offs=offt, out_dtype=torch.bfloat16)
+    elif recipe == "mxfp4":
+        got = F.scaled_grouped_mm(at, bt_t, blocked[0], B32, blocked[1], B32, offs=offt)
+    else:
+        got = F.scaled_grouped_mm(at, bt_t, [blocked[0], ga.to(TPU)], [B16, TW], [blocked[1], gb.to(TPU)], [B16, TW],
+                                  offs=offt)
     torch.testing.assert_close(got.cpu().float(), ref.to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2)
 
 

@@ -505,7 +505,8 @@ fn values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
     }
 }
 
-/// The grouped product with block scales (2d-3d: tokens grouped; 2d-2d: K grouped): each
+/// The grouped product with block scales (2d-3d: tokens grouped; 2d-2d: K grouped, the
+/// offsets counting values, not float4 bytes): each
 /// operand decoded and scaled per element in float32 (exact for MX's power-of-two scales),
 /// multiplied by group, times NVFP4's per-group global scales, as bfloat16.
 fn block_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor), globals: Option<(&Tensor, &Tensor)>, offs: Option<&Tensor>, block: i64) -> Result<Vec<Out>> {
@@ -513,8 +514,7 @@ fn block_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor
     let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
     check!(ad.len() == 2, Value, "MXFP8 grouped GEMM currently only supports 2d-2d and 2d-3d cases");
     let Some(offs) = offs else { bail!(Value, "MXFP8 2d-2d and 2d-3d grouped GEMMs requires offsets") };
-    let fp4 = a.dtype == DType::F4E2M1FNX2;
-    check!(!(fp4 && bd.len() == 2), NotImplemented, "torchtpu: float4 grouped products with K grouped (2d-2d) are not supported yet");
+    // K and the offsets count values: float4 operands hold two per byte along K.
     let k = unpacked(a.dtype, ad[1]);
     let (m, g) = (ad[0], cx.dims(offs.v)[0]);
     let af = values(cx, a, 1);
