@@ -273,9 +273,12 @@ def test_block_scaled_rows_grouped_by_expert(recipe):
     assert got.dtype == torch.bfloat16 and got.shape == (m, n)
     assert torch.equal(got[190:], torch.zeros(10, n, dtype=torch.bfloat16))
     torch.testing.assert_close(got[:190].float(), ref[:190].to(torch.bfloat16).float(), atol=1e-2, rtol=1e-2)
-    if recipe == "mxfp8":  # the same through torch._scaled_grouped_mm
-        v1 = torch._scaled_grouped_mm(at, bt, sat, swt, offs=offt, out_dtype=torch.bfloat16)
-        torch.testing.assert_close(v1.cpu(), got, atol=0, rtol=0)
+    if recipe == "mxfp8":  # the same through torch._scaled_grouped_mm, eager and compiled
+        def v1(*args):
+            return torch._scaled_grouped_mm(*args, offs=offt, out_dtype=torch.bfloat16)
+
+        torch.testing.assert_close(v1(at, bt, sat, swt).cpu(), got, atol=0, rtol=0)
+        torch.testing.assert_close(torch.compile(v1, backend="tpu")(at, bt, sat, swt).cpu(), got, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("recipe", ["mxfp8", "mxfp4", "nvfp4"])
