@@ -1,6 +1,6 @@
-//! Building blocks shared by the op families: block scales, reductions, contractions, gathers and scatters,
-//! constants, the operands of promoting ops, 16-bit rounding, loop pieces, NaN handling, generator draws and the dtype names
-//! of messages. Nothing here registers a lowering.
+//! Building blocks shared by the op families: block scales, reductions, contractions, gathers
+//! and scatters, constants, the operands of promoting ops, 16-bit rounding, loop pieces, NaN
+//! handling, generator draws and the dtype names of messages. Nothing here registers a lowering.
 pub(crate) mod block_scales;
 pub(crate) mod consts;
 pub(crate) mod contract;

@@ -1,6 +1,7 @@
 //! Grouped matrix products of mixture-of-experts layers, where consecutive runs of rows
 //! (tokens sorted by expert) meet their own expert's weights: torch._grouped_mm, and the float8
-//! forms torch._scaled_grouped_mm and F.scaled_grouped_mm (`_scaled_grouped_mm_v2`). `offs`
+//! and float4 forms torch._scaled_grouped_mm and F.scaled_grouped_mm (`_scaled_grouped_mm_v2`,
+//! row-wise, MXFP8, MXFP4 and NVFP4 scales; PyTorch runs them on CUDA only). `offs`
 //! holds the int32 end of each group; rows after the last end give zeros. One program per call
 //! instead of PyTorch's composite (one product per group, after a host read of `offs`):
 //! `chlo.ragged_dot` where the plugin compiles it (`set_ragged_dot`), else dense products of
@@ -201,8 +202,8 @@ const BLOCK_1X32: i64 = 3;
 const SWIZZLE_32_4_4: i64 = 1;
 
 /// (self, mat2, scale_a, scale_b, offs?, bias?, scale_result?, out_dtype?, use_fast_accum) ->
-/// Tensor: float8 e4m3 operands with float32 row-wise scales, as CUDA's kernel takes them (its
-/// checks and messages; PyTorch has no CPU kernel). Summed in float32, then scaled, as bfloat16.
+/// Tensor: float8 e4m3 operands with float32 row-wise scales or MXFP8's float8_e8m0fnu block
+/// scales, as CUDA's kernels take them, with their checks and messages. As bfloat16.
 fn scaled_grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (a, b) = (args.tensor("self")?, args.tensor("mat2")?);
     let offs = args.opt_tensor("offs")?;
@@ -237,8 +238,8 @@ fn scaled_grouped_mm(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
 
 /// (self, mat2, scale_a[], recipe_a[], swizzle_a[], scale_b[], recipe_b[], swizzle_b[], offs?,
 /// bias?, out_dtype?, contraction_dim[], use_fast_accum) -> Tensor: `F.scaled_grouped_mm`,
-/// with CUDA's checks. Row-wise recipes as `_scaled_grouped_mm`; the block-scaled ones (MXFP8,
-/// MXFP4, NVFP4) are not lowered yet.
+/// with CUDA's checks: the row-wise and MXFP8 recipes as `_scaled_grouped_mm`, and MXFP4 and
+/// NVFP4 on float4 operands.
 fn scaled_grouped_mm_v2(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let (a, b) = (args.tensor("self")?, args.tensor("mat2")?);
     let offs = args.opt_tensor("offs")?;
@@ -505,10 +506,10 @@ fn values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
     }
 }
 
-/// The grouped product with block scales (2d-3d: tokens grouped; 2d-2d: K grouped, the
-/// offsets counting values, not float4 bytes): each
-/// operand decoded and scaled per element in float32 (exact for MX's power-of-two scales),
-/// multiplied by group, times NVFP4's per-group global scales, as bfloat16.
+/// The grouped product with block scales (2d-3d: tokens grouped; 2d-2d: K grouped, the offsets
+/// counting values, not float4 bytes): each operand decoded and scaled per element in float32
+/// (exact for MX's power-of-two scales), multiplied by group, times NVFP4's per-group global
+/// scales, as bfloat16.
 fn block_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor), globals: Option<(&Tensor, &Tensor)>, offs: Option<&Tensor>, block: i64) -> Result<Vec<Out>> {
     let (a, b) = mats;
     let (ad, bd) = (cx.dims(a.v), cx.dims(b.v));
@@ -571,7 +572,7 @@ enum Grouped {
 }
 
 /// A 2-d operand's block scales per element, (rows, k) float32 (k unpacked), from CUDA's layout
-/// of a grouped operand's scales (`flat`): each group's (rows, K blocks) scale matrix swizzled
+/// of a grouped operand's `scales`: each group's (rows, K blocks) scale matrix swizzled
 /// on its own (SWIZZLE_32_4_4, padded to 128-row, 4-column tiles), the groups' segments one
 /// after another: along the rows, each group's segment starts at a row of the (rows, `width`)
 /// buffer; along K, right after the previous group's tiles. Elements in no group get scale 0.
@@ -589,7 +590,10 @@ fn segment_scales(cx: &mut Cx, scales: Value, offs: Value, rows: i64, k: i64, bl
     let (sizes_e, ends_e) = (e.of(sizes), e.of(ends));
     let starts = (ends_e - sizes_e).v;
     let col_tiles = match grouped {
-        Grouped::Rows => e.full(round_up(ceil_div(k, block), 4) as f64 / 4.0, &stablehlo::TensorType { elem: stablehlo::ElemType::I64, dims: vec![groups] }).v,
+        Grouped::Rows => {
+            let tiles = round_up(ceil_div(k, block), 4) / 4;
+            e.full(tiles as f64, &stablehlo::TensorType { elem: stablehlo::ElemType::I64, dims: vec![groups] }).v
+        }
         Grouped::K => (((sizes_e + (block - 1)) / block + 3i64) / 4i64).v,
     };
     let segment = match grouped {
