@@ -8,8 +8,8 @@ use crate::dispatch::{self, CallResult, Produced};
 use crate::error::{not_computed, Error};
 use crate::runtime::runtime;
 use crate::values::element_type;
-use crate::view::{contiguous_strides, Geometry};
-use lowerings::DType;
+use crate::view::Geometry;
+use lowerings::{contiguous_strides, DType};
 use std::sync::OnceLock;
 
 fn internal_op(slot: &'static OnceLock<i32>, name: &str, args: &[&str], write_mask: u64) -> i32 {

@@ -10,14 +10,6 @@ pub struct Geometry<'a> {
     pub offset: i64,
 }
 
-pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
-    let mut s = vec![1i64; sizes.len()];
-    for i in (0..sizes.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * sizes[i + 1].max(1);
-    }
-    s
-}
-
 impl Geometry<'_> {
     pub fn numel(&self) -> i64 {
         self.sizes.iter().product()

@@ -12,6 +12,15 @@ pub struct Tensor {
     pub rank: Rank,
 }
 
+/// The strides of a dense row-major tensor of `sizes`.
+pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
+    let mut s = vec![1i64; sizes.len()];
+    for i in (0..sizes.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * sizes[i + 1].max(1);
+    }
+    s
+}
+
 /// PyTorch's is_contiguous of a view: dense in row-major order, strides of dims of size 1
 /// aside.
 pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {

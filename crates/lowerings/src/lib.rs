@@ -33,7 +33,7 @@ pub mod torch_version;
 mod blocks;
 mod ops;
 
-pub use args::{is_contiguous, Arg, Args, FloatArg, Scalar, Tensor};
+pub use args::{contiguous_strides, is_contiguous, Arg, Args, FloatArg, Scalar, Tensor};
 pub use decl::{op, ops, Names, Op};
 pub use cx::{broadcast_shapes, wrap_dim, Bound, Check, CheckEval, Cx, Feed, HostBound, Padded};
 pub use ops::grouped_mm::set_ragged_dot;

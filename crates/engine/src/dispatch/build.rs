@@ -419,7 +419,7 @@ pub(super) fn build_bucketed(info: &OpInfo, f: lowerings::LowerFn, specialize: b
 fn arg_strides(a: &TtArg) -> Vec<Vec<i64>> {
     let of = |t: &TtTensor| {
         if t.is_host() || t.sizes().contains(&0) {
-            view::contiguous_strides(t.sizes())
+            lowerings::contiguous_strides(t.sizes())
         } else {
             t.strides().to_vec()
         }

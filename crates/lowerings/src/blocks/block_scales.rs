@@ -1,5 +1,6 @@
 //! Block scales of the low-precision recipes (MXFP8, MXFP4, NVFP4): float4 values unpacked,
 //! cuBLAS's swizzled scale layout read back, and scales spread over their blocks' elements.
+use crate::args::Tensor;
 use crate::cx::Cx;
 use crate::dtype::DType;
 use stablehlo::{Ex, Value};
@@ -38,6 +39,15 @@ pub(crate) fn float4_values(cx: &mut Cx, v: Value, dim: usize) -> Value {
     let pairs = cx.b.concatenate(&parts, dim as i64 + 1);
     dims[dim] *= 2;
     cx.b.reshape(pairs, &dims)
+}
+
+/// An operand's values in float32; float4 pairs unpacked along `k_dim`.
+pub(crate) fn operand_values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
+    if t.dtype == DType::F4E2M1FNX2 {
+        float4_values(cx, t.v, k_dim)
+    } else {
+        cx.cast(t.v, DType::F32)
+    }
 }
 
 /// cuBLAS's block-scaling-factor layout (SWIZZLE_32_4_4) read back as float32 scales of

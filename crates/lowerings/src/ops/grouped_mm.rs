@@ -7,7 +7,7 @@
 //! `chlo.ragged_dot` where the plugin compiles it (`set_ragged_dot`), else dense products of
 //! every group that keep each row's own (G times the arithmetic; XLA:CPU has no ragged dot).
 use crate::args::{Args, Tensor};
-use crate::blocks::block_scales::{along_k, ceil_div, float4_values, round_up, swizzled_index, unswizzle_groups};
+use crate::blocks::block_scales::{along_k, ceil_div, operand_values, round_up, swizzled_index, unswizzle_groups};
 use crate::blocks::gather::{take_1d, take_along};
 use crate::blocks::precision;
 use crate::blocks::type_names::shape_str;
@@ -497,15 +497,6 @@ fn unpacked(dtype: DType, size: i64) -> i64 {
     }
 }
 
-/// An operand's values in float32; float4 pairs unpacked along `k_dim`.
-fn values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
-    if t.dtype == DType::F4E2M1FNX2 {
-        float4_values(cx, t.v, k_dim)
-    } else {
-        cx.cast(t.v, DType::F32)
-    }
-}
-
 /// The grouped product with block scales (2d-3d: tokens grouped; 2d-2d: K grouped, the offsets
 /// counting values, not float4 bytes): each operand decoded and scaled per element in float32
 /// (exact for MX's power-of-two scales), multiplied by group, times NVFP4's per-group global
@@ -518,11 +509,11 @@ fn block_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor
     // K and the offsets count values: float4 operands hold two per byte along K.
     let k = unpacked(a.dtype, ad[1]);
     let (m, g) = (ad[0], cx.dims(offs.v)[0]);
-    let af = values(cx, a, 1);
+    let af = operand_values(cx, a, 1);
     let (af, bf) = if bd.len() == 3 {
         let n = bd[2];
         let sa = segment_scales(cx, scales.0.v, offs.v, m, k, block, Grouped::Rows);
-        let bf = values(cx, b, 1);
+        let bf = operand_values(cx, b, 1);
         // (G, N, K blocks) per group, spread along K: (G, K, N).
         let kb = ceil_div(k, block);
         let per = unswizzle_groups(cx, scales.1.v, g, n, kb);
@@ -536,7 +527,7 @@ fn block_scaled(cx: &mut Cx, mats: (&Tensor, &Tensor), scales: (&Tensor, &Tensor
         let sa = segment_scales(cx, scales.0.v, offs.v, m, k, block, Grouped::K);
         let sb = segment_scales(cx, scales.1.v, offs.v, n, k, block, Grouped::K);
         let sb = cx.b.transpose(sb, &[1, 0]);
-        let bf = values(cx, b, 0);
+        let bf = operand_values(cx, b, 0);
         (cx.b.mul(af, sa), cx.b.mul(bf, sb))
     };
     let mut out = product(cx, af, bf, Some(offs.v), stablehlo::ElemType::F32);

@@ -7,8 +7,8 @@
 //! scaled first, as CUDA's recipes define them, and multiplied in float32. float4_e2m1fn_x2
 //! operands hold two values per byte along K (the low nibble first), so their K is twice their
 //! size. `use_fast_accum` changes nothing: the sum is always float32.
-use crate::args::{is_contiguous, Args, Tensor};
-use crate::blocks::block_scales::{along_k, ceil_div, float4_values, round_up, unswizzle};
+use crate::args::{contiguous_strides, is_contiguous, Args, Tensor};
+use crate::blocks::block_scales::{along_k, ceil_div, operand_values, round_up, unswizzle};
 use crate::blocks::contract::contract;
 use crate::blocks::type_names::shape_str;
 use crate::cx::Cx;
@@ -42,15 +42,6 @@ const BLOCK_1X32: i64 = 3;
 const BLOCK_1X128: i64 = 4;
 const BLOCK_128X128: i64 = 5;
 const SWIZZLE_32_4_4: i64 = 1;
-
-/// Contiguous strides of `dims` (what PyTorch's message prints for a dense scale).
-fn strides(dims: &[i64]) -> Vec<i64> {
-    let mut s = vec![1; dims.len()];
-    for i in (0..dims.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * dims[i + 1].max(1);
-    }
-    s
-}
 
 /// PyTorch's get_joint_scaling: tensor-wise on both sides, row-wise on both, or CUDA's MX
 /// (1x32) or NVFP4 (1x16) block scales in cuBLAS's swizzled layout, else CPU's error.
@@ -114,7 +105,7 @@ fn check_row_strides(layouts: (&[i64], &[i64])) -> Result<()> {
 /// A scale's strides (the first of a list's): the call's view in eager mode, dense in a
 /// compiled graph (whose tracing checked the layout).
 fn layout(cx: &Cx, args: &Args, name: &str, t: &Tensor) -> Vec<i64> {
-    args.strides_of(name, 0).map_or_else(|| strides(&cx.dims(t.v)), <[i64]>::to_vec)
+    args.strides_of(name, 0).map_or_else(|| contiguous_strides(&cx.dims(t.v)), <[i64]>::to_vec)
 }
 
 /// (self, mat2, scale_a, scale_b, bias?, scale_result?, out_dtype?, use_fast_accum) -> Tensor.
@@ -409,15 +400,6 @@ fn swizzled_scales(cx: &mut Cx, scales: (&Tensor, &Tensor), rows: (i64, i64), bl
     let ea = along_k(cx, per_a, block, k);
     let eb = along_k(cx, per_b, block, k);
     (ea, cx.b.transpose(eb, &[1, 0]))
-}
-
-/// An operand's values in float32; float4 pairs unpacked along `k_dim`.
-fn operand_values(cx: &mut Cx, t: &Tensor, k_dim: usize) -> Value {
-    if t.dtype == DType::F4E2M1FNX2 {
-        float4_values(cx, t.v, k_dim)
-    } else {
-        cx.cast(t.v, DType::F32)
-    }
 }
 
 /// A DeepSeek-style operand's float32 scales per element, (rows, k), after CUDA's shape check:
