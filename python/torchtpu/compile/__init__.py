@@ -6,11 +6,11 @@ into one PJRT executable per input layout and run as the single op `torchtpu::ru
 
     backend         the dynamo backend, inductor's stand-in for tpu graphs, fake kernels
     graph           one ATen graph into one program (compile_graph) and its calls
-    encoder         FX nodes into the records the Rust graph builder reads
+    encoder         FX nodes into the records the Rust graph builder reads (control flow and
+                    flex attention as nodes with subgraphs)
     host_split      the parts of a graph that run on the host or eagerly around the program
     rewrites        graph rewrites before lowering
     sizes           symbolic sizes: which graphs have them, their values per call
-    flex_attention  blockwise flex attention for compiled graphs
     diagnostics     why a frame recompiles; per-graph statistics
 """
 from .backend import backend, install_as_default_for_tpu, install_fake_kernels

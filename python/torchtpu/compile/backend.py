@@ -5,7 +5,7 @@ import logging
 import torch
 
 from .. import _C
-from . import diagnostics, rewrites
+from . import diagnostics
 from .graph import compile_graph
 
 log = logging.getLogger("torchtpu.compile")
@@ -17,7 +17,6 @@ def backend(gm, example_inputs, **kwargs):
     from torch._dynamo.backends.common import aot_autograd
 
     frame = diagnostics.explain_recompile(gm, example_inputs)
-    gm = rewrites.inline_higher_order_ops(gm)
 
     def fw(g, ex):
         return compiled_or_eager(g, ex, "forward", frame)

@@ -18,6 +18,8 @@ _RUN_AND_SAVE_RNG = torch._prims.rng_prims.run_and_save_rng_state
 _RUN_WITH_RNG = torch._prims.rng_prims.run_with_rng_state
 _COND = getattr(torch.ops.higher_order, "cond", None)
 _WHILE_LOOP = getattr(torch.ops.higher_order, "while_loop", None)
+_FLEX = getattr(torch.ops.higher_order, "flex_attention", None)
+_FLEX_BACKWARD = getattr(torch.ops.higher_order, "flex_attention_backward", None)
 
 
 def text_kernel_op(target):
@@ -89,6 +91,12 @@ class Encoder:
             if kind == "saved_rng":  # (the op's stream, the op's result)
                 self.index[node] = payload[i]
                 return
+            if kind == "flex_backward":  # (grad_query, grad_key, grad_value, buffer gradients)
+                self.index[node] = ("item", (payload, i)) if i < 3 else ("flex_buffer_grads", payload)
+                return
+            if kind == "flex_buffer_grads":
+                self.index[node] = ("item", (payload, 3 + i))
+                return
             if kind == "effects":
                 token, inner, returns = payload
                 # Item 0 is the effect token (handed back as the graph got it); the op's own
@@ -118,6 +126,9 @@ class Encoder:
             self.nodes.append(("higher_order::while_loop", [], [self.subgraph(cond), self.subgraph(body),
                                                                 self.value(list(carried)), self.value(list(additional))]))
             self.index[node] = ("ref", self.num_inputs + len(self.nodes) - 1)
+            return
+        if target is not None and target in (_FLEX, _FLEX_BACKWARD):
+            self.index[node] = self.flex_attention(node)
             return
         if target is _RUN_AND_SAVE_RNG:
             op, *args = node.args
@@ -198,6 +209,27 @@ class Encoder:
         output = next(n.args[0] for n in nodes if n.op == "output")
         outputs = [sub.value(o) for o in (output if isinstance(output, (list, tuple)) else [output])]
         return ("graph", (sub.num_inputs, sub.nodes, outputs))
+
+    def flex_attention(self, node):
+        """flex_attention(query, key, value, score_mod, block_mask, scale, kernel_options,
+        score_mod_buffers, mask_mod_buffers) and flex_attention_backward(query, key, value,
+        out, logsumexp, grad_out, grad_logsumexp, fw_graph, joint_graph, block_mask, ...) as
+        one node: the tensors, the functions as subgraphs, then the mask function, the block
+        mask's key-block lists (kv_num_blocks, kv_indices and their full_ pair) and block sizes,
+        the scale and the buffers. The kernel options choose among CUDA kernels: dropped."""
+        backward = node.target is _FLEX_BACKWARD
+        fixed = 12 if backward else 7
+        args = [*node.args, *[()] * (fixed + 2 - len(node.args))]
+        tensors, graphs = (args[:7], args[7:9]) if backward else (args[:3], args[3:4])
+        block_mask, scale, _, score_buffers, mask_buffers = args[fixed - 3:fixed + 2]
+        values = [self.value(t) for t in tensors] + [self.subgraph(g) for g in graphs] + [
+            self.subgraph(block_mask[-1]), self.value(list(block_mask[2:6])),
+            self.value([block_mask[-3], block_mask[-2]]), self.value(float(self.number(scale))),
+            self.value(list(score_buffers)), self.value(list(mask_buffers))]
+        name = "flex_attention_backward" if backward else "flex_attention"
+        self.nodes.append((f"higher_order::{name}", [], values))
+        ref = self.num_inputs + len(self.nodes) - 1
+        return ("flex_backward", ref) if backward else ("ref", ref)
 
     def generator(self, op, v, stream):
         if v is not None:

@@ -1,8 +1,6 @@
-"""Graph rewrites before lowering: cross-entropy's backward as one expression, and
-higher-order ops that have a form the lowerings take."""
+"""Graph rewrites before lowering: cross-entropy's backward as one expression."""
 import torch
 
-from .flex_attention import flex_attention_in_blocks
 
 def fuse_cross_entropy_backward(gm):
     """Rewrites cross-entropy's backward, _log_softmax_backward_data(nll_loss_backward(...)),
@@ -51,21 +49,5 @@ def fuse_cross_entropy_backward(gm):
         changed = True
     if changed:
         graph.lint()
-        gm.recompile()
-    return gm
-
-
-def inline_higher_order_ops(gm):
-    """Replaces higher-order ops that have an aten form by that form, before AOTAutograd."""
-    flex = getattr(torch.ops.higher_order, "flex_attention", None)
-    changed = False
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and flex is not None and node.target is flex:
-            traced = node.meta.get("example_value", node.meta.get("val"))
-            node.target = flex_attention_in_blocks
-            if isinstance(traced, (tuple, list)):
-                node.kwargs = {**node.kwargs, "outputs": len(traced)}
-            changed = True
-    if changed:
         gm.recompile()
     return gm

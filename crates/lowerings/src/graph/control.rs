@@ -136,7 +136,7 @@ fn lower_inline(cx: &mut Cx, g: &Arc<Graph>, operands: Vec<Value>, draws: &mut D
     Ok(Out::List(outs))
 }
 
-fn tensors(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<Vec<Value>> {
+pub(super) fn tensors(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<Vec<Value>> {
     match arg(cx, values, a, draws)? {
         Arg::List(items) => items
             .into_iter()
@@ -151,12 +151,12 @@ fn tensors(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> Result<V
 }
 
 /// [0, 0, 0]: no check failed.
-fn no_failure(cx: &mut Cx) -> Value {
+pub(super) fn no_failure(cx: &mut Cx) -> Value {
     cx.constant_array_i64(&[0, 0, 0], &[3], ElemType::I64)
 }
 
 /// Whether a folded check value says nothing failed.
-fn passed(cx: &mut Cx, bad: Value) -> Value {
+pub(super) fn passed(cx: &mut Cx, bad: Value) -> Value {
     let code = cx.slice(bad, &[0], &[1], &[1]);
     let code = cx.reshape(code, &[]);
     let zero = cx.constant_i64(0, ElemType::I64);
@@ -166,7 +166,7 @@ fn passed(cx: &mut Cx, bad: Value) -> Value {
 /// The checks of a node's regions, folded into one: the kind they share and every member's
 /// message, numbered in the order the regions were lowered.
 #[derive(Default)]
-struct Folded {
+pub(super) struct Folded {
     kind: Option<ErrorKind>,
     messages: Vec<String>,
 }
@@ -174,7 +174,7 @@ struct Folded {
 impl Folded {
     /// Takes the checks the region added since `start` out of `cx` and returns their fold (the
     /// first failing one, its member renumbered), to be returned from the region.
-    fn fold(&mut self, cx: &mut Cx, start: usize) -> Result<Value> {
+    pub(super) fn fold(&mut self, cx: &mut Cx, start: usize) -> Result<Value> {
         let made: Vec<_> = cx.checks.drain(start..).collect();
         let mut bads = Vec::new();
         for c in made {
@@ -202,7 +202,7 @@ impl Folded {
     }
 
     /// Makes the node's folded result one check of the program.
-    fn add_to(self, cx: &mut Cx, bad: Value) {
+    pub(super) fn add_to(self, cx: &mut Cx, bad: Value) {
         if let Some(kind) = self.kind {
             cx.add_check(bad, kind, self.messages);
         }

@@ -26,6 +26,7 @@ use crate::{bail, check, Out, op, Op};
 use std::sync::{Arc, Mutex};
 
 mod control;
+mod flex_attention;
 
 /// A node argument: a reference to an earlier value, or a constant.
 #[derive(Clone, Debug)]
@@ -48,8 +49,8 @@ pub enum GArg {
     /// nondeterministic_seeded): the next stream of the call's generator state (None), or the
     /// stream held by value `i`, a u64[2] tensor (`torchtpu::rng_stream`'s, or a saved one).
     Generator(Option<usize>),
-    /// A subgraph (a branch of cond, a while_loop's condition or body): its inputs are the
-    /// operands the node passes it.
+    /// A subgraph (a branch of cond, a while_loop's condition or body, flex attention's score
+    /// and mask functions): its inputs are the operands the node passes it.
     Graph(Arc<Graph>),
 }
 
@@ -135,16 +136,19 @@ fn run_graph(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     Ok(vec![Out::List(news), Out::List(outs)])
 }
 
-/// Lowers a graph's nodes on `inputs` and returns its outputs. `written` gets the newest value
-/// each input's copy_ nodes wrote. Subgraphs (the branches of cond, the body of while_loop)
-/// are lowered the same way inside their regions.
-pub(crate) fn lower(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &mut Draws, written: &mut [Option<stablehlo::Value>]) -> Result<Vec<stablehlo::Value>> {
+/// Lowers a graph's nodes on `inputs` and returns its outputs (None for an output that is
+/// None: a joint graph's gradients of integer inputs). `written` gets the newest value each
+/// input's copy_ nodes wrote. Subgraphs (the branches of cond, the body of while_loop, flex
+/// attention's functions) are lowered the same way inside their regions.
+pub(crate) fn lower_optional(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &mut Draws, written: &mut [Option<stablehlo::Value>]) -> Result<Vec<Option<stablehlo::Value>>> {
     let mut values = inputs;
     for node in &g.nodes {
         let value = match node.target.as_str() {
             "torchtpu::rng_stream" => Out::Tensor(draws.stream(cx)?),
             "higher_order::cond" => control::cond(cx, &values, node, draws)?,
             "higher_order::while_loop" => control::while_loop(cx, &values, node, draws)?,
+            "higher_order::flex_attention" => flex_attention::forward(cx, &values, node, draws)?,
+            "higher_order::flex_attention_backward" => flex_attention::backward(cx, &values, node, draws)?,
             _ => lower_node(cx, &values, node, draws)?,
         };
         if node.target == "aten::copy_" {
@@ -159,11 +163,20 @@ pub(crate) fn lower(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &mut Draws,
     let mut outs = Vec::with_capacity(g.outputs.len());
     for o in &g.outputs {
         match arg(cx, &values, o, draws)? {
-            Arg::Tensor(t) => outs.push(t.v),
+            Arg::Tensor(t) => outs.push(Some(t.v)),
+            Arg::None => outs.push(None),
             other => bail!(Runtime, "torchtpu.compile: graph output {:?} is not a tensor", other),
         }
     }
     Ok(outs)
+}
+
+/// `lower_optional`'s outputs, every one a tensor.
+pub(crate) fn lower(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &mut Draws, written: &mut [Option<stablehlo::Value>]) -> Result<Vec<stablehlo::Value>> {
+    lower_optional(cx, g, inputs, draws, written)?
+        .into_iter()
+        .map(|o| o.ok_or_else(|| crate::error::TorchError { kind: crate::error::ErrorKind::Runtime, message: "torchtpu.compile: graph output None is not a tensor".into() }))
+        .collect()
 }
 
 /// One aten node: its lowering on the node's arguments; several results become one list value
@@ -249,7 +262,7 @@ pub(crate) fn arg(cx: &mut Cx, values: &[Out], a: &GArg, draws: &mut Draws) -> R
         GArg::Str(s) => Arg::Str(s.clone()),
         GArg::DType(d) => Arg::DType(*d),
         GArg::List(items) => Arg::List(items.iter().map(|x| arg(cx, values, x, draws)).collect::<Result<_>>()?),
-        GArg::Graph(_) => bail!(Runtime, "torchtpu.compile: a subgraph is only an argument of cond and while_loop"),
+        GArg::Graph(_) => bail!(Runtime, "torchtpu.compile: a subgraph is only an argument of cond, while_loop and flex attention"),
         GArg::Generator(None) => Arg::Generator(draws.stream(cx)?),
         GArg::Generator(Some(i)) => match values.get(*i) {
             Some(Out::Tensor(v)) if cx.dtype(*v) == DType::U64 && cx.dims(*v) == [2] => Arg::Generator(*v),

@@ -13,7 +13,7 @@ use crate::blocks::consts::{extremes, I64};
 use crate::blocks::gather::{along_coords, combine, compact_positions, gather_points, index_select_check, inverse_perm, is_index_dtype, nonempty, nonzero_coords, numel, scatter_along, scatter_points, take_along, Combine};
 use crate::blocks::type_names::{check_out_dtype, shape_str};
 use crate::cx::{broadcast_shapes, wrap_dim, Bound, Cx};
-use crate::dtype::DType;
+use crate::dtype::{DType, Rank};
 use crate::error::{ErrorKind, Result};
 use crate::{bail, check, one, Out, op, Op};
 use stablehlo::{CmpDir, ElemType, GatherDims, ScatterDims, Value};
@@ -32,6 +32,8 @@ pub(crate) const OPS: &[Op] = &[
     op("index_put", index_put).host_tensors(),
     op("_index_put_impl", index_put).host_tensors(),
     op("_unsafe_index_put", index_put),
+    // The gradient of an index into a tensor captured by flex attention's score function.
+    op("flex_lib::zeros_and_scatter", zeros_and_scatter),
     // Specialized: PyTorch's message for a bad index depends on whether alpha is 1.
     op("index_add", index_add).specialized(),
     op("index_copy", index_copy),
@@ -711,6 +713,33 @@ fn index_put(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
     let c = if accumulate { Combine::Add } else { Combine::Replace };
     let s = cx.scatter(xt, a.coords, v, &dn, move |b, cur, upd| combine(b, c, cur, upd));
     one(cx.transpose(s, &inverse_perm(&a.perm)))
+}
+
+/// flex_lib::zeros_and_scatter(shape, indices, vals): zeros of `shape` with each of `vals` added
+/// at its indices, the indices broadcast to the values' shape first (vmap's batching rule for
+/// it: one position per element of a block of scores); no indices: the sum of the values.
+fn zeros_and_scatter(cx: &mut Cx, args: &Args) -> Result<Vec<Out>> {
+    let shape = args.ints("shape")?;
+    let values = args.tensor("vals")?;
+    let indices: Vec<Tensor> = match args.get("indices") {
+        Some(Arg::List(items)) => items.iter().filter_map(|x| if let Arg::Tensor(t) = x { Some(*t) } else { None }).collect(),
+        _ => Vec::new(),
+    };
+    if indices.is_empty() {
+        check!(shape.is_empty(), Runtime, "zeros_and_scatter with no indices only supports scalar outputs");
+        let all: Vec<i64> = (0..cx.dims(values.v).len() as i64).collect();
+        return one(crate::blocks::reduce::reduce(cx, values.v, &all, crate::blocks::reduce::Red::Sum));
+    }
+    let mut shapes: Vec<Vec<i64>> = indices.iter().map(|t| cx.dims(t.v)).collect();
+    shapes.push(cx.dims(values.v));
+    let common = broadcast_shapes(&shapes)?;
+    let rank = |dims: &[i64]| if dims.is_empty() { Rank::ZeroDim } else { Rank::Dim };
+    let expanded: Vec<Arg> =
+        indices.iter().map(|t| Arg::Tensor(Tensor { v: cx.broadcast_to(t.v, &common), dtype: t.dtype, rank: rank(&common) })).collect();
+    let zeros = cx.full(0.0, values.dtype, &shape);
+    let names: Vec<String> = ["self", "indices", "values", "accumulate"].iter().map(|n| n.to_string()).collect();
+    let vals = [Arg::Tensor(Tensor { v: zeros, dtype: values.dtype, rank: rank(&shape) }), Arg::List(expanded), Arg::Tensor(values), Arg::Bool(true)];
+    index_put(cx, &Args { op: "index_put", names: &names, values: &vals, strides: &[] })
 }
 
 fn check_value_shape(vd: &[i64], out: &[i64]) -> Result<()> {
