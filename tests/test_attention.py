@@ -227,6 +227,21 @@ FLEX_MASKS = {
 }
 
 
+def _check_compiled_flex(f, reference, q, k, v, caplog, loss=lambda out: out.sum()):
+    """Runs `f` (compiled) on tpu and `reference` on CPU on copies of q, k, v: the outputs and the
+    gradients of q, k and v for `loss` match, and no graph ran eagerly."""
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = reference(*cpu)
+    loss(want).backward()
+    dev = [t.to(TPU).requires_grad_() for t in (q, k, v)]
+    out = f(*dev)
+    loss(out).backward()
+    assert "runs eagerly" not in caplog.text, caplog.text
+    torch.testing.assert_close(out.detach().cpu(), want.detach(), atol=2e-5, rtol=2e-5)
+    for t, r in zip(dev, cpu):
+        torch.testing.assert_close(t.grad.cpu(), r.grad, atol=5e-5, rtol=5e-5)
+
+
 @pytest.mark.parametrize("block", [128, 2])
 @pytest.mark.parametrize("mask_name", FLEX_MASKS)
 @pytest.mark.parametrize("gqa", [False, True])
@@ -247,18 +262,10 @@ def test_compiled_flex_attention_matches_sdpa(mask_name, gqa, block, caplog):
             return (docs[q] == docs[k]) & (q >= k)
     q = torch.randn(2, hq, n, d)
     k, v = torch.randn(2, hkv, n, d), torch.randn(2, hkv, n, d)
-    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-    want = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=dense(n), enable_gqa=gqa)
-    want.square().sum().backward()
-    qt, kt, vt = (t.to(TPU).requires_grad_() for t in (q, k, v))
     block_mask = create_block_mask(mask_mod, None, None, n, n, device=TPU, BLOCK_SIZE=block)
     f = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa), backend="tpu")
-    out = f(qt, kt, vt)
-    out.square().sum().backward()
-    assert "runs eagerly" not in caplog.text, caplog.text
-    torch.testing.assert_close(out.detach().cpu(), want.detach(), atol=2e-5, rtol=2e-5)
-    for t, r in ((qt, qr), (kt, kr), (vt, vr)):
-        torch.testing.assert_close(t.grad.cpu(), r.grad, atol=5e-5, rtol=5e-5)
+    _check_compiled_flex(f, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=dense(n), enable_gqa=gqa),
+                         q, k, v, caplog, loss=lambda out: out.square().sum())
 
 
 def test_compiled_flex_attention_reads_the_block_lists(caplog):
@@ -274,19 +281,12 @@ def test_compiled_flex_attention_reads_the_block_lists(caplog):
     # The query a transposed view, as attention layers make it from [batch, tokens, heads, dim].
     q, k, v = torch.randn(2, n, 2, d).transpose(1, 2), torch.randn(1, 2, n, d), torch.randn(1, 2, n, d)
     diagonal = torch.block_diag(*[torch.ones(blk, blk)] * nb).bool()
-    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-    want = F.scaled_dot_product_attention(qr, kr.expand(2, -1, -1, -1), vr.expand(2, -1, -1, -1), attn_mask=diagonal)
-    want.sum().backward()
     counts = torch.ones(2, 1, nb, dtype=torch.int32, device=TPU)
     indices = torch.arange(nb, dtype=torch.int32, device=TPU).view(1, 1, nb, 1).repeat(2, 1, 1, 1)
     block_mask = BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=blk, seq_lengths=(n, n))
-    qt, kt, vt = (t.to(TPU).requires_grad_() for t in (q, k, v))
-    out = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask), backend="tpu")(qt, kt, vt)
-    out.sum().backward()
-    assert "runs eagerly" not in caplog.text, caplog.text
-    torch.testing.assert_close(out.detach().cpu(), want.detach(), atol=2e-5, rtol=2e-5)
-    for t, r in ((qt, qr), (kt, kr), (vt, vr)):
-        torch.testing.assert_close(t.grad.cpu(), r.grad, atol=5e-5, rtol=5e-5)
+    f = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask), backend="tpu")
+    _check_compiled_flex(f, lambda q, k, v: F.scaled_dot_product_attention(
+        q, k.expand(2, -1, -1, -1), v.expand(2, -1, -1, -1), attn_mask=diagonal), q, k, v, caplog)
 
 
 def test_compiled_flex_attention_over_long_keys_in_chunks(caplog):
@@ -299,19 +299,11 @@ def test_compiled_flex_attention_over_long_keys_in_chunks(caplog):
     m, n, d = 6, 1100, 8
     q = torch.randn(2, 4, m, d)
     k, v = torch.randn(2, 2, n, d), torch.randn(2, 2, n, d)
-    tilt = (torch.arange(m)[:, None] - torch.arange(n)[None, :]) * 0.01
-    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
-    want = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=tilt.float(), enable_gqa=True)
-    want.square().sum().backward()
-    qt, kt, vt = (t.to(TPU).requires_grad_() for t in (q, k, v))
+    tilt = ((torch.arange(m)[:, None] - torch.arange(n)[None, :]) * 0.01).float()
     f = torch.compile(lambda q, k, v: flex_attention(q, k, v, score_mod=lambda s, b, h, i, j: s + (i - j) * 0.01,
                                                      enable_gqa=True), backend="tpu")
-    out = f(qt, kt, vt)
-    out.square().sum().backward()
-    assert "runs eagerly" not in caplog.text, caplog.text
-    torch.testing.assert_close(out.detach().cpu(), want.detach(), atol=2e-5, rtol=2e-5)
-    for t, r in ((qt, qr), (kt, kr), (vt, vr)):
-        torch.testing.assert_close(t.grad.cpu(), r.grad, atol=5e-5, rtol=5e-5)
+    _check_compiled_flex(f, lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=tilt, enable_gqa=True),
+                         q, k, v, caplog, loss=lambda out: out.square().sum())
 
 
 def test_compiled_flex_attention_score_mod_with_a_captured_bias():
