@@ -282,7 +282,10 @@ def test_compiled_flex_attention_reads_the_block_lists(caplog):
     q, k, v = torch.randn(2, n, 2, d).transpose(1, 2), torch.randn(1, 2, n, d), torch.randn(1, 2, n, d)
     diagonal = torch.block_diag(*[torch.ones(blk, blk)] * nb).bool()
     counts = torch.ones(2, 1, nb, dtype=torch.int32, device=TPU)
-    indices = torch.arange(nb, dtype=torch.int32, device=TPU).view(1, 1, nb, 1).repeat(2, 1, 1, 1)
+    # Row i lists i, i + 1, ... (mod nb), of which its count (1) keeps the first. (torch 2.11's
+    # from_kv_blocks needs a slot per key block, on CPU too.)
+    ring = (torch.arange(nb)[:, None] + torch.arange(nb)[None, :]) % nb
+    indices = ring.to(torch.int32).expand(2, 1, nb, nb).contiguous().to(TPU)
     block_mask = BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=blk, seq_lengths=(n, n))
     f = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask), backend="tpu")
     _check_compiled_flex(f, lambda q, k, v: F.scaled_dot_product_attention(
