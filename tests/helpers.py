@@ -99,18 +99,21 @@ def views(t):
     yield "expanded", lambda x: x[:1].expand(x.shape)
 
 
-def check_error(fn, *args, **kwargs):
-    """fn raises the same exception class on tpu as on CPU."""
+def check_error(fn, *args, first_line=False, **kwargs):
+    """fn raises the same exception class on tpu as on CPU (and, with first_line, the same
+    first line of its message); returns tpu's exception."""
     try:
         fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001
-        cls = type(e)
+        cpu, cls = e, type(e)
     else:
         raise AssertionError("expected the CPU call to raise")
     try:
         fn(*to_tpu(args), **to_tpu(kwargs))
     except Exception as e:  # noqa: BLE001
         assert isinstance(e, cls), f"tpu raised {type(e).__name__}: {e}; CPU raised {cls.__name__}"
+        if first_line:
+            assert str(e).split("\n")[0] == str(cpu).split("\n")[0], f"tpu: {e}\ncpu: {cpu}"
         return e
     raise AssertionError(f"tpu did not raise; CPU raised {cls.__name__}")
 

@@ -422,14 +422,6 @@ def test_fused_cell_errors():
 # ---- bad inputs to the modules: PyTorch's messages --------------------------------------------
 
 
-def same_error(fn, *args):
-    e = check_error(fn, *args)
-    try:
-        fn(*args)
-    except Exception as cpu_e:  # noqa: BLE001
-        assert str(e) == str(cpu_e), f"tpu: {e}\ncpu: {cpu_e}"
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_wrong_input_size(kind):
     cpu, dev = both(make(kind, 4, 8, batch_first=True))
