@@ -309,6 +309,33 @@ def test_compiled_flex_attention_over_long_keys_in_chunks(caplog):
                          q, k, v, caplog, loss=lambda out: out.square().sum())
 
 
+def test_compiled_flex_attention_gradient_through_the_logsumexp(caplog):
+    # return_lse=True with a loss on the log-sum-exp too: the backward op's grad_logsumexp,
+    # against the same attention written densely on CPU (CPU's flex attention has no backward).
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch._dynamo.reset()
+    n, d = 20, 8
+    q, k, v = (torch.randn(1, 2, n, d) for _ in range(3))
+
+    def loss(out, lse):
+        return out.sum() + lse.square().sum()
+
+    def dense(q, k, v):
+        s = (q @ k.transpose(-1, -2) / d**0.5).masked_fill(~torch.ones(n, n).tril().bool(), float("-inf"))
+        return s.softmax(-1) @ v, s.logsumexp(-1)
+
+    block_mask = create_block_mask(lambda b, h, i, j: i >= j, None, None, n, n, device=TPU, BLOCK_SIZE=4)
+    f = torch.compile(lambda q, k, v: flex_attention(q, k, v, block_mask=block_mask, return_lse=True), backend="tpu")
+    cpu = [t.clone().requires_grad_() for t in (q, k, v)]
+    loss(*dense(*cpu)).backward()
+    dev = [t.to(TPU).requires_grad_() for t in (q, k, v)]
+    loss(*f(*dev)).backward()
+    assert "runs eagerly" not in caplog.text, caplog.text
+    for t, r in zip(dev, cpu):
+        torch.testing.assert_close(t.grad.cpu(), r.grad, atol=5e-5, rtol=5e-5)
+
+
 def test_compiled_flex_attention_score_mod_with_a_captured_bias():
     # A score_mod reading a captured tensor (a learned relative-position bias), with its gradient.
     from torch.nn.attention.flex_attention import flex_attention
