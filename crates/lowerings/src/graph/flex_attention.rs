@@ -49,8 +49,6 @@ struct Flex {
     scale: f64,
     acc: DType,
     q_dt: DType,
-    k_dt: DType,
-    v_dt: DType,
     q: Value,
     /// Keys and values over batch B, padded with zeros to whole chunks.
     k: Value,
@@ -103,7 +101,7 @@ fn setup(cx: &mut Cx, values: &[Out], draws: &mut Draws, qkv: [Value; 3], score:
     check!(bk == b || (b > 1 && bk == 1), Runtime, "Bq and Bkv must broadcast. Got Bq={} and Bkv={}", b, bk);
     check!(hk > 0 && hq % hk == 0 && vd[1] == hk && vd[2] == n && kd[3] == e, Runtime,
         "flex_attention: query {:?}, key {:?} and value {:?} do not fit", qd, kd, vd);
-    let (q_dt, k_dt, v_dt) = (cx.dtype(q), cx.dtype(k), cx.dtype(v));
+    let q_dt = cx.dtype(q);
     let acc = if q_dt == DType::F64 { DType::F64 } else { DType::F32 };
     let scale = match super::arg(cx, values, scale, draws)? {
         Arg::Float(f) => f.value,
@@ -146,8 +144,6 @@ fn setup(cx: &mut Cx, values: &[Out], draws: &mut Draws, qkv: [Value; 3], score:
         scale,
         acc,
         q_dt,
-        k_dt,
-        v_dt,
         q,
         k,
         v,
@@ -245,11 +241,16 @@ impl Flex {
         (sorted, count)
     }
 
-    /// Query rows [r0, r1) of [B, Hk*G, M, x] as [B, Hk, G*Mr, x] in `dt`.
+    /// Query rows [r0, r1) of [B, Hk*G, M, ..] (per-row values: [B, Hk*G, M]) as
+    /// [B, Hk, G*Mr, ..] in `dt`.
     fn grouped_rows(&self, cx: &mut Cx, x: Value, r0: i64, r1: i64, dt: DType) -> Value {
         let d = cx.dims(x);
-        let rows = cx.b.slice(x, &[0, 0, r0, 0], &[d[0], d[1], r1, d[3]], &[1, 1, 1, 1]);
-        let rows = cx.b.reshape(rows, &[self.b, self.hk, self.g * (r1 - r0), d[3]]);
+        let (mut lo, mut hi) = (vec![0; d.len()], d.clone());
+        (lo[2], hi[2]) = (r0, r1);
+        let rows = cx.b.slice(x, &lo, &hi, &vec![1; d.len()]);
+        let mut grouped = vec![self.b, self.hk, self.g * (r1 - r0)];
+        grouped.extend_from_slice(&d[3..]);
+        let rows = cx.b.reshape(rows, &grouped);
         cx.cast(rows, dt)
     }
 
@@ -578,14 +579,13 @@ pub(super) fn backward(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Dra
         // delta = rowsum(out * grad_out), minus grad_logsumexp (natural log) per row.
         let prod = cx.b.mul(o_acc, go_acc);
         let mut delta = reduce(cx, prod, &[3], Red::Sum);
+        let ln2 = cx.full(std::f64::consts::LN_2, acc, &rows);
         if let Some(g) = t[6] {
-            let g = row_values(cx, &f, g, r0, r1, acc);
-            let ln2 = cx.full(std::f64::consts::LN_2, acc, &rows);
+            let g = f.grouped_rows(cx, g, r0, r1, acc);
             let g = cx.b.div(g, ln2);
             delta = cx.b.sub(delta, g);
         }
-        let lse = row_values(cx, &f, lse, r0, r1, acc);
-        let ln2 = cx.full(std::f64::consts::LN_2, acc, &rows);
+        let lse = f.grouped_rows(cx, lse, r0, r1, acc);
         let lse = cx.b.mul(lse, ln2);
         let ninf = cx.full(f64::NEG_INFINITY, acc, &rows);
         let no_keys = cx.b.compare(CmpDir::Eq, lse, ninf);
@@ -667,8 +667,8 @@ pub(super) fn backward(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Dra
         };
         cx.cast(x, dt)
     };
-    let grad_k = keys(cx, grad_k, f.k_dt);
-    let grad_v = keys(cx, grad_v, f.v_dt);
+    let grad_k = keys(cx, grad_k, cx.dtype(f.k));
+    let grad_v = keys(cx, grad_v, cx.dtype(f.v));
     let mut results = vec![grad_q, grad_k, grad_v];
     for (g, &b) in grad_buffers.into_iter().zip(&buffers) {
         results.push(match g {
@@ -677,14 +677,6 @@ pub(super) fn backward(cx: &mut Cx, values: &[Out], node: &Node, draws: &mut Dra
         });
     }
     Ok(Out::List(results))
-}
-
-/// A per-row [B, Hq, M] value's rows [r0, r1) as [B, Hk, G*Mr] in `dt`.
-fn row_values(cx: &mut Cx, f: &Flex, x: Value, r0: i64, r1: i64, dt: DType) -> Value {
-    let d = cx.dims(x);
-    let rows = cx.b.slice(x, &[0, 0, r0], &[d[0], d[1], r1], &[1, 1, 1]);
-    let rows = cx.b.reshape(rows, &[f.b, f.hk, f.g * (r1 - r0)]);
-    cx.cast(rows, dt)
 }
 
 /// `total` with `part` added at keys [start, start + chunk) (dim 2).

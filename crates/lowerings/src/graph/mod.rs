@@ -175,7 +175,7 @@ pub(crate) fn lower_optional(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &m
 pub(crate) fn lower(cx: &mut Cx, g: &Graph, inputs: Vec<Out>, draws: &mut Draws, written: &mut [Option<stablehlo::Value>]) -> Result<Vec<stablehlo::Value>> {
     lower_optional(cx, g, inputs, draws, written)?
         .into_iter()
-        .map(|o| o.ok_or_else(|| crate::error::TorchError { kind: crate::error::ErrorKind::Runtime, message: "torchtpu.compile: graph output None is not a tensor".into() }))
+        .map(|o| o.ok_or_else(|| crate::TorchError::new(crate::ErrorKind::Runtime, "torchtpu.compile: graph output None is not a tensor")))
         .collect()
 }
 
