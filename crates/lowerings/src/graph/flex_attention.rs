@@ -76,12 +76,14 @@ struct Listed {
 }
 
 /// The int32 positions of a block of scores, each of the block's shape [B, Hq, Mr, C]: batch,
-/// head, query row and key (clamped to the last key: padding keys are masked after).
+/// head, query row and key (clamped to the last key), and whether the key is a real one (not
+/// the padding of the last chunk).
 struct Positions {
     b: Value,
     h: Value,
     m: Value,
     n: Value,
+    real: Value,
 }
 
 /// The arguments the graph encoder gives both ops after their tensors:
@@ -286,9 +288,11 @@ impl Flex {
         let start = cx.b.convert(start, ElemType::I32);
         let start = cx.b.broadcast_in_dim(start, &dims, &[]);
         let n = cx.b.add(n, start);
+        let count = cx.full(self.n as f64, DType::I32, &dims);
+        let real = cx.b.compare(CmpDir::Lt, n, count);
         let last = cx.full((self.n - 1).max(0) as f64, DType::I32, &dims);
         let n = cx.b.min(n, last);
-        Positions { b, h, m, n }
+        Positions { b, h, m, n, real }
     }
 
     /// One subgraph on a block: `first` (the scores, or none for the mask), the positions, then
@@ -322,14 +326,8 @@ impl Flex {
         let post = cx.b.broadcast_to(post, &dims);
         let kept = single(self.call(cx, &self.mask, None, &at, &[], &self.mask_buffers)?, "mask")?;
         let kept = cx.cast(kept, DType::Bool);
-        let mut kept = cx.b.broadcast_to(kept, &dims);
-        // Keys past the last one (the padding of the last chunk) are masked.
-        let key = cx.b.iota(&TensorType::new(ElemType::I64, &dims), 3);
-        let start_b = cx.b.broadcast_in_dim(start, &dims, &[]);
-        let key = cx.b.add(key, start_b);
-        let count = cx.full(self.n as f64, DType::I64, &dims);
-        let real = cx.b.compare(CmpDir::Lt, key, count);
-        kept = cx.b.and(kept, real);
+        let kept = cx.b.broadcast_to(kept, &dims);
+        let mut kept = cx.b.and(kept, at.real);
         if let Some(listed) = self.listed {
             let named = named_blocks(cx, &listed, r0, r1, kc);
             let named = cx.b.broadcast_in_dim(named, &dims, &[0, 1, 2, 3]);
